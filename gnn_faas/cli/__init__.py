@@ -1,0 +1,49 @@
+"""The ``gnn-faas`` command line.
+
+Each command lives in its own module exposing ``register(subparsers)``; modules
+are imported only to build the parser and must keep heavy imports (torch,
+sklearn, boto3) inside their handlers, so ``gnn-faas serve memory`` never loads
+torch. Handlers return an exit code; a :class:`GnnFaasError` becomes a one-line
+message on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from gnn_faas.errors import GnnFaasError
+
+# Command modules, in the order ``--help`` lists them.
+COMMAND_MODULES = [
+    "gnn_faas.cli.ingest",
+    "gnn_faas.cli.datasets",
+    "gnn_faas.cli.bench",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gnn-faas", description="Serverless GNN inference (gnn-faas)."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except GnnFaasError as exc:
+        print(f"gnn-faas {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

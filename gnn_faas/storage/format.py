@@ -1,0 +1,254 @@
+"""Graph store format v1.
+
+A store root holds named graphs; graph ``NAME`` is the key prefix ``NAME/``::
+
+    NAME/manifest.json       name, version, counts, dtypes, sha256 of every blob
+    NAME/indptr.bin          int64 [num_nodes + 1]   CSR of in-edges
+    NAME/indices.bin         int32 (int64 if ids do not fit) [num_edges]
+    NAME/features.bin        float32 (or float16) [num_nodes, feature_dim], row-major
+    NAME/labels.bin          int64 [num_nodes]                      (optional)
+    NAME/degree.bin          int32 [num_nodes] out-degree           (optional)
+    NAME/node_ids.bin        int64 [num_nodes] original vertex ids  (optional)
+    NAME/request_order.bin   int64 [k] target vertices in time order (optional)
+
+Row ``v`` of the CSR lists the vertices ``v`` aggregates from (its in-edges), so
+a neighbourhood is one contiguous range of ``indices.bin``. ``degree.bin`` is
+the out-degree: how many vertices aggregate from ``v``, which is what makes a
+feature row worth caching. All arrays are little-endian.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gnn_faas.errors import BlobNotFound, CorruptBlob, InvalidRequest, NotFound
+from gnn_faas.storage.backends import StorageBackend, open_backend
+
+FORMAT_NAME = "gnn-faas-graph"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+REQUIRED_BLOBS = ("indptr", "indices", "features")
+OPTIONAL_BLOBS = ("labels", "degree", "node_ids", "request_order")
+_ALLOWED_DTYPES = {"<i8", "<i4", "<f4", "<f2", "|u1", "|i1"}
+
+
+@dataclass(frozen=True)
+class BlobInfo:
+    file: str
+    dtype: str  # numpy dtype string, explicit byte order: "<i8", "<f4", ...
+    shape: tuple[int, ...]
+    nbytes: int
+    sha256: str
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one row (first axis) of the blob."""
+        return int(np.dtype(self.dtype).itemsize * int(np.prod(self.shape[1:], dtype=np.int64)))
+
+
+@dataclass(frozen=True)
+class Manifest:
+    name: str
+    num_nodes: int
+    num_edges: int
+    feature_dim: int
+    symmetrized: bool
+    blobs: dict[str, BlobInfo]
+    num_classes: int = 0
+    version: int = FORMAT_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["format"] = FORMAT_NAME
+        return json.dumps(d, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes, where: str = "manifest.json") -> Manifest:
+        try:
+            d = json.loads(text)
+            if d.pop("format", None) != FORMAT_NAME:
+                raise ValueError("not a gnn-faas graph manifest")
+            if d.get("version") != FORMAT_VERSION:
+                raise ValueError(f"unsupported format version {d.get('version')!r}")
+            blobs = {}
+            for k, b in d.pop("blobs").items():
+                b["shape"] = tuple(int(x) for x in b["shape"])
+                if b["dtype"] not in _ALLOWED_DTYPES:
+                    raise ValueError(f"blob {k!r} has unsupported dtype {b['dtype']!r}")
+                blobs[k] = BlobInfo(**b)
+            missing = [k for k in REQUIRED_BLOBS if k not in blobs]
+            if missing:
+                raise ValueError(f"manifest lists no {', '.join(missing)} blob")
+            return cls(blobs=blobs, **d)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptBlob(f"{where}: invalid manifest ({exc})") from None
+
+
+def _as_le(arr: np.ndarray) -> np.ndarray:
+    arr = np.ascontiguousarray(arr)
+    return arr.astype(arr.dtype.newbyteorder("<"), copy=False)
+
+
+def index_dtype(num_nodes: int) -> np.dtype:
+    """int32 where vertex ids fit, else int64."""
+    return np.dtype("<i4") if num_nodes < 2**31 else np.dtype("<i8")
+
+
+def write_graph(
+    store: StorageBackend | str,
+    name: str,
+    *,
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    features: np.ndarray,
+    symmetrized: bool,
+    labels: np.ndarray | None = None,
+    node_ids: np.ndarray | None = None,
+    request_order: np.ndarray | None = None,
+    num_classes: int = 0,
+    extra: dict[str, Any] | None = None,
+) -> Manifest:
+    """Write a graph's blobs, then its manifest (last, so a half-written graph
+    has no manifest and cannot be opened)."""
+    backend = open_backend(store) if isinstance(store, str) else store
+    validate_name(name)
+    n = int(indptr.shape[0]) - 1
+    if n < 0 or indptr[0] != 0 or np.any(np.diff(indptr) < 0):
+        raise InvalidRequest("indptr must start at 0 and be non-decreasing")
+    if int(indptr[-1]) != indices.shape[0]:
+        raise InvalidRequest("indptr[-1] must equal the number of edges")
+    if features.ndim != 2 or features.shape[0] != n:
+        raise InvalidRequest(f"features must have shape [{n}, dim], got {features.shape}")
+    if features.dtype not in (np.float32, np.float16):
+        features = features.astype(np.float32)
+    arrays: dict[str, np.ndarray] = {
+        "indptr": indptr.astype("<i8", copy=False),
+        "indices": indices.astype(index_dtype(n), copy=False),
+        "features": features,
+        "degree": np.bincount(indices, minlength=n).astype("<i4"),
+    }
+    if labels is not None:
+        arrays["labels"] = np.asarray(labels).astype("<i8", copy=False)
+    if node_ids is not None:
+        arrays["node_ids"] = np.asarray(node_ids).astype("<i8", copy=False)
+    if request_order is not None:
+        arrays["request_order"] = np.asarray(request_order).astype("<i8", copy=False)
+    blobs = {}
+    for key, arr in arrays.items():
+        arr = _as_le(arr)
+        data = memoryview(arr).cast("B")
+        info = BlobInfo(
+            file=f"{key}.bin",
+            dtype=arr.dtype.str,
+            shape=tuple(int(x) for x in arr.shape),
+            nbytes=arr.nbytes,
+            sha256=hashlib.sha256(data).hexdigest(),
+        )
+        backend.pipe_file(f"{name}/{info.file}", data)
+        blobs[key] = info
+    manifest = Manifest(
+        name=name,
+        num_nodes=n,
+        num_edges=int(indices.shape[0]),
+        feature_dim=int(features.shape[1]),
+        symmetrized=bool(symmetrized),
+        blobs=blobs,
+        num_classes=int(num_classes),
+        extra=dict(extra or {}),
+    )
+    backend.pipe_file(f"{name}/{MANIFEST}", manifest.to_json().encode())
+    return manifest
+
+
+def validate_name(name: str) -> None:
+    ok = name and all(c.isalnum() or c in "-_." for c in name) and not name.startswith(".")
+    if not ok:
+        raise InvalidRequest(f"invalid graph name {name!r}: use letters, digits, '-', '_', '.'")
+
+
+class GraphHandle:
+    """An opened graph: its manifest and ranged access to its blobs.
+
+    ``verify`` chooses what opening checks: ``"size"`` (every blob exists with
+    the manifest's size; what an on-demand function can afford at cold start)
+    or ``"full"`` (also the sha256 of every blob).
+    """
+
+    def __init__(self, backend: StorageBackend, name: str, verify: str = "size"):
+        if verify not in ("size", "full", "none"):
+            raise ValueError(f"verify must be 'size', 'full' or 'none', not {verify!r}")
+        validate_name(name)
+        self.backend = backend
+        self.name = name
+        try:
+            raw = backend.cat_file(f"{name}/{MANIFEST}")
+        except BlobNotFound:
+            raise NotFound(f"no graph {name!r} in store {backend.uri}") from None
+        self.manifest = Manifest.from_json(raw, where=f"{name}/{MANIFEST}")
+        if verify != "none":
+            self.verify(full=verify == "full")
+
+    # -- integrity ---------------------------------------------------------
+    def verify(self, full: bool = False) -> None:
+        for key, info in self.manifest.blobs.items():
+            path = self.path(key)
+            try:
+                size = self.backend.size(path)
+            except BlobNotFound:
+                raise BlobNotFound(f"graph {self.name!r}: blob {info.file!r} is missing") from None
+            if size != info.nbytes:
+                raise CorruptBlob(
+                    f"graph {self.name!r}: blob {info.file!r} is truncated or padded "
+                    f"({size} bytes, manifest says {info.nbytes})"
+                )
+            if full:
+                digest = hashlib.sha256(self.backend.cat_file(path)).hexdigest()
+                if digest != info.sha256:
+                    raise CorruptBlob(
+                        f"graph {self.name!r}: blob {info.file!r} is corrupted (sha256 mismatch)"
+                    )
+
+    # -- access ------------------------------------------------------------
+    @property
+    def num_nodes(self) -> int:
+        return self.manifest.num_nodes
+
+    @property
+    def num_edges(self) -> int:
+        return self.manifest.num_edges
+
+    def has(self, key: str) -> bool:
+        return key in self.manifest.blobs
+
+    def info(self, key: str) -> BlobInfo:
+        try:
+            return self.manifest.blobs[key]
+        except KeyError:
+            raise NotFound(f"graph {self.name!r} has no {key!r} blob") from None
+
+    def path(self, key: str) -> str:
+        return f"{self.name}/{self.info(key).file}"
+
+    def read_blob(self, key: str) -> np.ndarray:
+        """A whole blob as an array of its manifest dtype and shape."""
+        info = self.info(key)
+        data = self.backend.cat_file(self.path(key))
+        if len(data) != info.nbytes:
+            raise CorruptBlob(f"graph {self.name!r}: blob {info.file!r} changed size")
+        return np.frombuffer(data, dtype=info.dtype).reshape(info.shape)
+
+
+def open_graph(store: StorageBackend | str, name: str, verify: str = "size") -> GraphHandle:
+    backend = open_backend(store) if isinstance(store, str) else store
+    return GraphHandle(backend, name, verify=verify)
+
+
+def list_graphs(store: StorageBackend | str) -> list[str]:
+    backend = open_backend(store) if isinstance(store, str) else store
+    return sorted(k[: -len(MANIFEST) - 1] for k in backend.ls("") if k.endswith("/" + MANIFEST))
