@@ -54,13 +54,18 @@ class ComputationGraph:
     """``nodes``: global ids in discovery order. ``layer_sizes[l] = |D_l|`` for
     ``l = 0..L`` (non-increasing). ``indptr``/``indices``: local in-neighbour CSR
     over ``nodes[:layer_sizes[1]]``. ``target_index[i]``: local id of the i-th
-    requested target (requests may repeat a vertex)."""
+    requested target (requests may repeat a vertex). ``in_degree`` (when
+    fetched with ``degrees=True``): the in-degree of every node of ``D_0`` in the
+    graph the model sees: the stored graph for full neighbourhoods; for sampled
+    ones, the sampled subgraph (0 for the outermost hop), as PyG sees a sampled
+    subgraph. GCN's normalisation needs it for source vertices."""
 
     nodes: np.ndarray
     layer_sizes: tuple[int, ...]
     indptr: np.ndarray
     indices: np.ndarray
     target_index: np.ndarray
+    in_degree: np.ndarray | None = None
 
     @property
     def num_layers(self) -> int:

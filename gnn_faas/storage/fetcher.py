@@ -142,6 +142,7 @@ class KHopFetcher:
         fanouts: Sequence[int] | None = None,
         seed: int = 0,
         stats: FetchStats | None = None,
+        degrees: bool = False,
     ) -> ComputationGraph:
         """The ``hops``-layer computation graph of ``targets``.
 
@@ -194,9 +195,19 @@ class KHopFetcher:
                 stats.vertices_expanded += int(counts.size)
                 stats.edges_fetched += int(nbrs.size)
 
+        counts = np.concatenate(counts_all) if counts_all else np.zeros(0, np.int64)
+        in_degree = None
+        if degrees:
+            outer = nodes[counts.size :]
+            sampled = fanouts is not None and any(f is not None and f >= 0 for f in fanouts)
+            if sampled or outer.size == 0:
+                outer_deg = np.zeros(outer.size, np.int64)
+            else:
+                raw = self.reader.read(self._indptr_path, outer * 8, outer * 8 + 16)
+                outer_deg = np.diff(raw.view("<i8").reshape(-1, 2), axis=1)[:, 0]
+            in_degree = np.concatenate((counts, outer_deg)).astype(np.int64)
         if stats is not None:
             stats.add_reads(before, self.reader.stats)
-        counts = np.concatenate(counts_all) if counts_all else np.zeros(0, np.int64)
         nbrs = np.concatenate(nbrs_all) if nbrs_all else np.zeros(0, np.int64)
         order = np.argsort(nodes, kind="stable")
         local = order[np.searchsorted(nodes, nbrs, sorter=order)] if nbrs.size else nbrs
@@ -207,6 +218,7 @@ class KHopFetcher:
             indptr=indptr,
             indices=local.astype(np.int64),
             target_index=target_index,
+            in_degree=in_degree,
         )
 
     # -- features ------------------------------------------------------------
