@@ -9,6 +9,7 @@ sees half a blob.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import threading
@@ -122,10 +123,8 @@ class FileBackend(StorageBackend):
 
     def rm(self, path: str) -> None:
         self._maps.pop(path, None)
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self._path(path).unlink()
-        except FileNotFoundError:
-            pass
 
     def close(self) -> None:
         self._maps.clear()

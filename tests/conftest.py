@@ -1,0 +1,70 @@
+"""Shared fixtures: real Redis and S3 (moto) servers, and a fresh store of each kind.
+
+- ``redis_url``: ``redis://127.0.0.1:P/0`` of a session-wide ``redis-server``.
+- ``s3_env``: a session-wide moto S3 server with the AWS environment pointing at
+  it (restored afterwards) and a bucket; yields the base ``s3://BUCKET/PREFIX``.
+- ``store_uri``: a fresh, empty store URI of each kind (``file``, ``s3``,
+  ``redis``), unique per test; servers start only when a test needs them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.servers import moto_server, redis_server
+
+S3_BUCKET = "gnn-faas-tests"
+STORE_KINDS = ["file", "s3", "redis"]
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    with redis_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def s3_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    boto3 = pytest.importorskip("boto3")
+    # no AWS config or credentials of the machine may leak in (or out)
+    isolated = tmp_path_factory.mktemp("aws")
+    with moto_server() as endpoint, pytest.MonkeyPatch.context() as mp:
+        for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_REGION"):
+            mp.delenv(var, raising=False)
+        mp.setenv("AWS_CONFIG_FILE", str(isolated / "config"))
+        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", str(isolated / "credentials"))
+        mp.setenv("AWS_ENDPOINT_URL", endpoint)
+        mp.setenv("AWS_ACCESS_KEY_ID", "test")
+        mp.setenv("AWS_SECRET_ACCESS_KEY", "test")
+        mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        client = boto3.client("s3")
+        client.create_bucket(Bucket=S3_BUCKET)
+        client.close()
+        yield f"s3://{S3_BUCKET}/tests"
+
+
+def _clear(uri: str) -> None:
+    """Delete what a test left in a shared server (keeps the servers' memory small)."""
+    from gnn_faas.storage.backends import open_backend
+
+    with open_backend(uri) as store:
+        for key in store.ls(""):
+            store.rm(key)
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_uri(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
+    """A fresh, empty store URI of each kind: ``file://``, ``s3://`` or ``redis://``."""
+    ns = f"t-{uuid.uuid4().hex[:12]}"
+    if request.param == "file":
+        yield f"file://{tmp_path / 'store'}"
+        return
+    if request.param == "s3":
+        uri = f"{request.getfixturevalue('s3_env')}/{ns}"
+    else:
+        uri = f"{request.getfixturevalue('redis_url')}?prefix={ns}/"
+    yield uri
+    _clear(uri)
