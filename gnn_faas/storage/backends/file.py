@@ -23,15 +23,26 @@ from gnn_faas.storage.backends.base import StorageBackend
 
 
 def gather_ranges(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Concatenate ``buf[starts[i]:ends[i]]`` for all i with one fancy-index gather."""
+    """Concatenate ``buf[starts[i]:ends[i]]`` for all i with one fancy-index gather.
+
+    The gather moves units of the ranges' common alignment (whole 8-byte indptr
+    entries, whole feature rows) instead of single bytes: same result, a
+    fraction of the index arithmetic.
+    """
     lengths = ends - starts
     total = int(lengths.sum())
     if total == 0:
-        return np.empty(0, dtype=buf.dtype)
-    # index of every byte: start of its range plus its offset inside the range
-    offsets = np.cumsum(lengths) - lengths
-    idx = np.arange(total, dtype=np.int64) + np.repeat(starts - offsets, lengths)
-    return buf[idx]
+        return np.empty(0, dtype=np.uint8)
+    unit = int(np.gcd.reduce(np.concatenate((starts, lengths, [4096]))))
+    if unit > 1:
+        view = buf[: buf.size - buf.size % unit].view(np.dtype((np.void, unit)))
+        s, n = starts // unit, lengths // unit
+    else:
+        view, s, n = buf, starts, lengths
+    # index of every unit: start of its range plus its offset inside the range
+    offsets = np.cumsum(n) - n
+    idx = np.arange(int(n.sum()), dtype=np.int64) + np.repeat(s - offsets, n)
+    return view[idx].view(np.uint8).reshape(-1)
 
 
 class FileBackend(StorageBackend):
