@@ -1,0 +1,561 @@
+"""Load-aware queueing and instance launch (FaaS-GNN section 4.4).
+
+A function has instances; each runs one work item at a time (like Knative's
+``containerConcurrency=1``) and has its own FIFO queue. :class:`LoadAwarePolicy`
+decides, for every event, what happens; it is pure and deterministic (explicit
+events in, actions out), so tests drive it with a fake clock and no threads.
+
+On a new item (``n_req``: items running, queued or waiting, this one included;
+``n_instances``: warm and launching instances):
+
+1. an idle warm instance exists: run it there (the one launched first);
+2. else, if ``n_req > n_instances`` and ``n_instances < max_instances``: launch a
+   new instance **and** queue the item on the warm instance with the shortest
+   queue, so it does not wait for the cold start; with no warm instance it
+   waits (in the pool's *pending* queue) for a launching one;
+3. else queue it on the warm instance with the shortest queue (pending if
+   none is warm yet).
+
+When an instance becomes idle (it finished an item or just became ready) it
+takes work: the head of its own queue, else the head of the pending queue,
+else the **tail** of the longest queue of another instance (work stealing:
+the item that would wait longest there).
+
+:class:`RequestCentricPolicy` is the baseline the benchmark compares with
+(AWSGNN: a new instance whenever none is idle, the request waits for its cold
+start, no stealing). :class:`FunctionPool` runs a policy for real: launches in background
+threads (a launch blocks until the instance is ready), one item in flight per
+instance, futures for results, and retries on another instance when an
+instance fails (``Unavailable`` or a connection error): the failed instance is
+removed (``on_failed(instance)``) and its items go back to the policy, so a
+killed instance never loses a request (at most ``max_attempts`` attempts).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from gnn_faas.clock import Clock
+from gnn_faas.errors import Unavailable
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+LAUNCHING, IDLE, BUSY = "launching", "idle", "busy"
+
+
+@dataclass(frozen=True)
+class Run:
+    """Run ``item`` on ``instance`` now."""
+
+    instance: Hashable
+    item: Hashable
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Start a new instance; report it with ``ready(instance)`` or ``failed(instance)``."""
+
+    instance: Hashable
+
+
+Action = Run | Launch
+
+
+@dataclass
+class InstanceState:
+    id: Hashable
+    state: str
+    queue: deque = field(default_factory=deque)
+    current: Hashable | None = None
+    since: float = 0.0  # when it entered its state (idle_since for keep-alive)
+    order: int = 0  # launch order, for deterministic ties
+
+
+class LoadAwarePolicy:
+    """The decision logic of FaaS-GNN 4.4 for one function (not thread-safe).
+
+    ``clock`` (optional) stamps queue entry and idle times, for queue-wait
+    figures and keep-alive; without it those figures read 0.
+    """
+
+    def __init__(self, max_instances: int, clock: Clock | None = None, name: str = "fn"):
+        if max_instances < 1:
+            raise ValueError("max_instances must be >= 1")
+        self.max_instances = int(max_instances)
+        self.clock = clock
+        self.name = name
+        self.instances: dict[Hashable, InstanceState] = {}
+        self.pending: deque = deque()  # items waiting for a launching instance
+        self._enqueued_at: dict[Hashable, float] = {}
+        self._ids = itertools.count(1)
+        self._order = itertools.count()
+        self.launches = 0
+        self.steals = 0
+        self.queued_items = 0
+        self.waits: deque[float] = deque(maxlen=10_000)
+
+    # -- counts -------------------------------------------------------------------
+    def _now(self) -> float:
+        return self.clock.now() if self.clock is not None else 0.0
+
+    @property
+    def n_instances(self) -> int:
+        """Warm and launching instances."""
+        return len(self.instances)
+
+    @property
+    def n_requests(self) -> int:
+        """Items running, queued on instances, or pending."""
+        busy = sum(1 for s in self.instances.values() if s.current is not None)
+        return busy + sum(len(s.queue) for s in self.instances.values()) + len(self.pending)
+
+    def warm(self) -> list[InstanceState]:
+        return sorted(
+            (s for s in self.instances.values() if s.state != LAUNCHING), key=lambda s: s.order
+        )
+
+    def queue_lengths(self) -> dict[Hashable, int]:
+        return {i: len(s.queue) for i, s in self.instances.items()}
+
+    # -- events ---------------------------------------------------------------------
+    def submit(self, item: Hashable) -> list[Action]:
+        """A new (or re-queued) work item arrives."""
+        self._enqueued_at[item] = self._now()
+        warm = self.warm()
+        idle = [s for s in warm if s.state == IDLE]
+        if idle:
+            return [self._run(idle[0], item)]
+        actions: list[Action] = []
+        n_req = self.n_requests + 1
+        if n_req > self.n_instances and self.n_instances < self.max_instances:
+            actions.append(self.launch())
+        self.queued_items += 1
+        if warm:
+            min(warm, key=lambda s: (len(s.queue), s.order)).queue.append(item)
+        else:
+            self.pending.append(item)
+        return actions
+
+    def launch(self) -> Launch:
+        """Start an instance unconditionally (minimum instances, recovery)."""
+        iid = f"{self.name}-{next(self._ids)}"
+        self.instances[iid] = InstanceState(
+            iid, LAUNCHING, since=self._now(), order=next(self._order)
+        )
+        self.launches += 1
+        return Launch(iid)
+
+    def ready(self, instance: Hashable) -> list[Action]:
+        """A launching instance is warm: it takes work at once."""
+        s = self._get(instance)
+        if s.state != LAUNCHING:
+            raise ValueError(f"instance {instance!r} is not launching")
+        return self._idle(s)
+
+    def finished(self, instance: Hashable) -> list[Action]:
+        """The instance finished its item: it takes the next one."""
+        s = self._get(instance)
+        if s.state != BUSY:
+            raise ValueError(f"instance {instance!r} is not busy")
+        s.current = None
+        return self._idle(s)
+
+    def failed(self, instance: Hashable) -> tuple[list[Action], Hashable | None]:
+        """The instance died or failed to launch: it is removed, its queued items
+        are re-submitted; returns the actions and the item it was running (the
+        caller retries or fails that one)."""
+        s = self.instances.pop(instance, None)
+        if s is None:
+            raise ValueError(f"unknown instance {instance!r}")
+        actions: list[Action] = []
+        for item in list(s.queue):
+            actions.extend(self.submit(item))
+        # Items pending for a launch need some instance to come: keep one coming.
+        if self.pending and self.n_instances == 0:
+            actions.append(self.launch())
+        return actions, s.current
+
+    def remove(self, instance: Hashable) -> bool:
+        """Remove an idle instance with an empty queue (keep-alive expiry, scale
+        down); ``False`` if it is busy, launching or has queued work."""
+        s = self.instances.get(instance)
+        if s is None or s.state != IDLE or s.queue:
+            return False
+        del self.instances[instance]
+        return True
+
+    def drain_pending(self) -> list[Hashable]:
+        """Take all pending items out (to fail them when no instance can come)."""
+        items = list(self.pending)
+        self.pending.clear()
+        for it in items:
+            self._enqueued_at.pop(it, None)
+        return items
+
+    # -- internals ---------------------------------------------------------------------
+    def _get(self, instance: Hashable) -> InstanceState:
+        try:
+            return self.instances[instance]
+        except KeyError:
+            raise ValueError(f"unknown instance {instance!r}") from None
+
+    def _run(self, s: InstanceState, item: Hashable) -> Run:
+        s.state, s.current, s.since = BUSY, item, self._now()
+        t0 = self._enqueued_at.pop(item, None)
+        if t0 is not None:
+            self.waits.append(max(0.0, s.since - t0))
+        return Run(s.id, item)
+
+    def _idle(self, s: InstanceState) -> list[Action]:
+        if s.queue:
+            return [self._run(s, s.queue.popleft())]
+        if self.pending:
+            return [self._run(s, self.pending.popleft())]
+        others = [o for o in self.instances.values() if o is not s and o.queue]
+        if others:
+            victim = max(others, key=lambda o: (len(o.queue), -o.order))
+            self.steals += 1
+            return [self._run(s, victim.queue.pop())]
+        s.state, s.current, s.since = IDLE, None, self._now()
+        return []
+
+    def wait_percentiles(self) -> dict[str, float]:
+        if not self.waits:
+            return {"queue_wait_p50_s": 0.0, "queue_wait_p99_s": 0.0}
+        w = np.fromiter(self.waits, float, len(self.waits))
+        return {
+            "queue_wait_p50_s": float(np.percentile(w, 50)),
+            "queue_wait_p99_s": float(np.percentile(w, 99)),
+        }
+
+
+class RequestCentricPolicy(LoadAwarePolicy):
+    """The request-centric baseline (AWSGNN: one function invocation per
+    request): an idle instance runs the item, otherwise a new instance is
+    launched for it (while below ``max_instances``) and the item waits for
+    that instance's cold start; at the cap it queues on the instance with the
+    shortest queue. No bypass, no pending pool, no work stealing."""
+
+    def submit(self, item: Hashable) -> list[Action]:
+        self._enqueued_at[item] = self._now()
+        idle = [s for s in self.warm() if s.state == IDLE]
+        if idle:
+            return [self._run(idle[0], item)]
+        self.queued_items += 1
+        if self.n_instances < self.max_instances:
+            launch = self.launch()
+            self.instances[launch.instance].queue.append(item)  # bound to its cold start
+            return [launch]
+        target = min(self.instances.values(), key=lambda s: (len(s.queue), s.order))
+        target.queue.append(item)
+        return []
+
+    def _idle(self, s: InstanceState) -> list[Action]:
+        if s.queue:
+            return [self._run(s, s.queue.popleft())]
+        s.state, s.current, s.since = IDLE, None, self._now()
+        return []
+
+
+POLICIES = {"load_aware": LoadAwarePolicy, "request_centric": RequestCentricPolicy}
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Failures that mean "this instance is gone", not "this request is bad":
+    :class:`Unavailable` and connection errors (builtin or ``requests``')."""
+    if isinstance(exc, (Unavailable, ConnectionError)):
+        return True
+    try:
+        import requests
+    except ImportError:  # pragma: no cover - requests is a core dependency
+        return False
+    return isinstance(exc, requests.exceptions.ConnectionError)
+
+
+@dataclass
+class _Work(Generic[T]):
+    fn: Callable[[Any], T]
+    future: Future
+    attempts: int = 0
+
+
+class FunctionPool:
+    """Instances of one function behind a :class:`LoadAwarePolicy`.
+
+    ``launch()`` starts an instance and returns it when ready (an opaque
+    object with ``.id`` and ``.url``); ``submit(fn)`` runs ``fn(instance)`` on
+    some instance and returns a future. ``on_failed(instance)`` is called when
+    an instance is dropped after a retryable failure (stop it there).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        launch: Callable[[], Any],
+        clock: Clock,
+        max_instances: int,
+        min_instances: int = 0,
+        on_failed: Callable[[Any], None] | None = None,
+        max_attempts: int = 3,
+        policy: str = "load_aware",
+    ):
+        if not 0 <= min_instances <= max_instances:
+            raise ValueError("need 0 <= min_instances <= max_instances")
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {sorted(POLICIES)}, not {policy!r}")
+        self.name = name
+        self.policy_name = policy
+        self.min_instances = int(min_instances)
+        self._launch = launch
+        self.clock = clock
+        self.on_failed = on_failed
+        self.max_attempts = int(max_attempts)
+        self.policy = POLICIES[policy](max_instances, clock, name)
+        self._lock = threading.Lock()
+        self._instances: dict[Hashable, Any] = {}
+        self._work: dict[int, _Work] = {}
+        self._keys = itertools.count()
+        # Runs and launches never wait on each other, so one worker per
+        # possible instance (running) plus one per possible launch suffices.
+        self._executor = ThreadPoolExecutor(
+            max_workers=2 * max_instances + 1, thread_name_prefix=f"pool-{name}"
+        )
+        self._closed = False
+        self.submitted = 0
+        self.completed = 0
+        self.retries = 0
+        self.failures = 0
+        self.launch_failures = 0
+        self._failed_launches_in_a_row = 0
+        self._started = False
+
+    # -- lifecycle ----------------------------------------------------------------
+    def start(self) -> None:
+        """Launch the minimum instances (in the background). Idempotent; work
+        submitted before ``start`` launches instances on demand anyway."""
+        with self._lock:
+            if self._started or self._closed:
+                return
+            self._started = True
+            missing = max(0, self.min_instances - self.policy.n_instances)
+            actions = [self.policy.launch() for _ in range(missing)]
+        self._execute(actions)
+
+    def stop(self) -> None:
+        """Same as :meth:`close`."""
+        self.close()
+
+    def has_ready_instance(self) -> bool:
+        """True when work could be served now: a warm instance exists, or an
+        instance may still be launched (below ``max_instances``)."""
+        with self._lock:
+            if self._closed:
+                return False
+            p = self.policy
+            return bool(p.warm()) or p.n_instances < p.max_instances
+
+    # -- work ---------------------------------------------------------------------
+    def submit(self, fn: Callable[[Any], T]) -> Future:
+        fut: Future = Future()
+        with self._lock:
+            if self._closed:
+                raise Unavailable(f"function pool {self.name!r} is shut down")
+            key = next(self._keys)
+            self._work[key] = _Work(fn, fut)
+            self.submitted += 1
+            actions = self.policy.submit(key)
+        self._execute(actions)
+        return fut
+
+    def _execute(self, actions: list[Action]) -> None:
+        for a in actions:
+            try:
+                if isinstance(a, Launch):
+                    self._executor.submit(self._do_launch, a.instance)
+                else:
+                    self._executor.submit(self._do_run, a.instance, a.item)
+            except RuntimeError:  # shut down: close() already failed what had not started
+                log.debug("%s: dropped %s after close", self.name, a)
+
+    def _do_launch(self, pid: Hashable) -> None:
+        try:
+            inst = self._launch()
+        except Exception as exc:
+            log.warning("%s: launching an instance failed: %s", self.name, exc)
+            with self._lock:
+                self.launch_failures += 1
+                self._failed_launches_in_a_row += 1
+                stranded: list[_Work] = []
+                others_coming = any(s.id != pid for s in self.policy.instances.values())
+                if self._failed_launches_in_a_row >= self.max_attempts and not others_coming:
+                    # Launches keep failing and no other instance exists or is
+                    # coming: fail the waiting items rather than let them wait forever.
+                    keys = self.policy.drain_pending()
+                    mine = self.policy.instances.get(pid)
+                    if mine is not None:  # items bound to this launch (request-centric)
+                        keys += list(mine.queue)
+                        mine.queue.clear()
+                    stranded = [self._work.pop(k) for k in keys]
+                actions, _ = self.policy.failed(pid)
+            for w in stranded:
+                w.future.set_exception(
+                    Unavailable(f"{self.name}: could not launch an instance: {exc}")
+                )
+            self._execute(actions)
+            return
+        with self._lock:
+            self._failed_launches_in_a_row = 0
+            self._instances[pid] = inst
+            actions = self.policy.ready(pid)
+        self._execute(actions)
+
+    def _do_run(self, pid: Hashable, key: int) -> None:
+        with self._lock:
+            inst = self._instances[pid]
+            work = self._work[key]
+            work.attempts += 1
+        try:
+            result = work.fn(inst)
+        except BaseException as exc:
+            if is_retryable(exc):
+                self._instance_failed(pid, inst, key, work, exc)
+                return
+            with self._lock:
+                self._work.pop(key, None)
+                self.completed += 1
+                actions = self.policy.finished(pid)
+            work.future.set_exception(exc)
+            self._execute(actions)
+            return
+        with self._lock:
+            self._work.pop(key, None)
+            self.completed += 1
+            actions = self.policy.finished(pid)
+        work.future.set_result(result)
+        self._execute(actions)
+
+    def _instance_failed(
+        self, pid: Hashable, inst: Any, key: int, work: _Work, exc: BaseException
+    ) -> None:
+        log.warning("%s: instance %s failed (%s); retrying elsewhere", self.name, inst, exc)
+        with self._lock:
+            self.failures += 1
+            self._instances.pop(pid, None)
+            actions, _ = self.policy.failed(pid)
+            retry = work.attempts < self.max_attempts and not self._closed
+            if retry:
+                self.retries += 1
+                actions += self.policy.submit(key)
+            else:
+                self._work.pop(key, None)
+        if self.on_failed is not None:
+            try:
+                self.on_failed(inst)
+            except Exception:
+                log.exception("%s: on_failed hook failed", self.name)
+        if not retry:
+            work.future.set_exception(
+                Unavailable(f"{self.name}: failed on {work.attempts} instance(s): {exc}")
+            )
+        self._execute(actions)
+
+    # -- scaling ------------------------------------------------------------------
+    def remove(self, instance: Any) -> bool:
+        """Drop an idle instance (keep-alive expiry); the caller stops it."""
+        with self._lock:
+            for pid, inst in self._instances.items():
+                if inst is instance and self.policy.remove(pid):
+                    del self._instances[pid]
+                    return True
+        return False
+
+    def scale_to(self, n: int) -> list[Any]:
+        """Remove idle instances (newest first) until at most ``n`` remain;
+        returns the removed instances for the caller to stop."""
+        removed = []
+        with self._lock:
+            for s in reversed(self.policy.warm()):
+                if self.policy.n_instances <= n:
+                    break
+                if self.policy.remove(s.id):
+                    removed.append(self._instances.pop(s.id))
+        return removed
+
+    def instances(self) -> list[Any]:
+        """Every warm instance (to stop them at shutdown)."""
+        with self._lock:
+            return list(self._instances.values())
+
+    def idle_instances(self) -> list[tuple[Any, float]]:
+        """``(instance, idle_since)`` of idle instances (for keep-alive)."""
+        with self._lock:
+            return [
+                (self._instances[s.id], s.since)
+                for s in self.policy.warm()
+                if s.state == IDLE and s.id in self._instances
+            ]
+
+    def close(self) -> None:
+        """Fail work that has not started and stop the worker threads."""
+        with self._lock:
+            self._closed = True
+            stranded = [self._work.pop(k) for k in self.policy.drain_pending() if k in self._work]
+            for s in self.policy.instances.values():
+                stranded += [self._work.pop(k) for k in s.queue if k in self._work]
+                s.queue.clear()
+        for w in stranded:
+            w.future.set_exception(Unavailable(f"function pool {self.name!r} is shut down"))
+        self._executor.shutdown(wait=True)
+
+    # -- reporting -------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """``{"name", "policy", "instances": [{instance, url, state, queue_length,
+        since}], "queues": {instance: length}, "pending": n}``."""
+        with self._lock:
+            rows = []
+            for s in sorted(self.policy.instances.values(), key=lambda s: s.order):
+                inst = self._instances.get(s.id)
+                rows.append(
+                    {
+                        "instance": getattr(inst, "id", s.id) if inst is not None else s.id,
+                        "url": getattr(inst, "url", None),
+                        "state": s.state,
+                        "queue_length": len(s.queue),
+                        "since": s.since,
+                    }
+                )
+            return {
+                "name": self.name,
+                "policy": self.policy_name,
+                "instances": rows,
+                "queues": {str(r["instance"]): r["queue_length"] for r in rows},
+                "pending": len(self.policy.pending),
+            }
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            p = self.policy
+            return {
+                "instances": p.n_instances,
+                "launches": p.launches,
+                "launch_failures": self.launch_failures,
+                "submitted": self.submitted,
+                "completed": self.completed,
+                "queued_items": p.queued_items,
+                "pending": len(p.pending),
+                "steals": p.steals,
+                "retries": self.retries,
+                "instance_failures": self.failures,
+                **p.wait_percentiles(),
+            }

@@ -1,0 +1,221 @@
+"""MultiBufferPool on a fake clock: deadlines, close reasons, Tmax, decisions,
+global moves, and every request delivered exactly once."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from gnn_faas.clock import FakeClock, RealClock
+from gnn_faas.errors import InvalidRequest
+from gnn_faas.gateway.buffer_pool import BufferConfig, ClosedBuffer, MultiBufferPool
+from gnn_faas.gateway.timeout_configurator import FixedTimeoutConfigurator
+from gnn_faas.gateway.timeout_history import TimeoutHistory, trace_request_stream
+from gnn_faas.storage.datasets import prepare_dataset
+from gnn_faas.storage.format import open_graph
+from gnn_faas.traces import twitter
+
+EPS = 1e-9
+
+
+@pytest.fixture(scope="module")
+def bitcoin(tmp_path_factory):
+    """Real arrivals (busiest Twitter window at 60 req/s, 8 s) and the 2-hop
+    sets of Bitcoin OTC's real request order."""
+    store = f"file://{tmp_path_factory.mktemp('store')}"
+    prepare_dataset(store, "bitcoin-otc", feature_dim=4)
+    graph = open_graph(store, "bitcoin-otc")
+    arrivals = twitter.arrivals(60, 8, seed=0)
+    return graph.num_nodes, arrivals, trace_request_stream(graph, arrivals, hops=2)
+
+
+class Recorder:
+    def __init__(self):
+        self.closed: list[ClosedBuffer] = []
+
+    def __call__(self, cb: ClosedBuffer) -> None:
+        self.closed.append(cb)
+
+
+def make_pool(config=None, decision=0, num_nodes=100, history=None):
+    clock = FakeClock(100.0)
+    rec = Recorder()
+    pool = MultiBufferPool(
+        config or BufferConfig(),
+        num_nodes,
+        clock,
+        FixedTimeoutConfigurator(decision),
+        rec,
+        history=history,
+    )
+    return pool, clock, rec
+
+
+def run_events(pool: MultiBufferPool, clock: FakeClock, until: float) -> None:
+    """Tick at every event time up to ``until`` (a discrete-event loop)."""
+    while (t := pool.next_event_time()) <= until:
+        clock.set(t)
+        pool.tick()
+    clock.set(until)
+
+
+def test_buffer_closes_at_t0_with_reason_timeout():
+    cfg = BufferConfig()
+    pool, clock, rec = make_pool(cfg)
+    pool.submit("a", np.array([1, 2, 3]))
+    clock.advance(0.01)
+    pool.submit("b", np.array([2, 3, 4]))
+    assert pool.tick() == [] and rec.closed == []
+    run_events(pool, clock, 100.0 + cfg.t0)
+    (cb,) = rec.closed
+    assert cb.reason == "timeout" and cb.closed_at == pytest.approx(100.0 + cfg.t0)
+    assert [r.id for r in cb.requests] == ["a", "b"]
+    assert cb.union_size == 4 and cb.total_vertices == 6
+    assert cb.sharing_degree == pytest.approx(1 - 4 / 6)
+    assert cb.decisions == (0,)  # one decision point at τ = T0 (keep)
+
+
+def test_extensions_are_capped_at_tmax_and_recorded():
+    cfg = BufferConfig()
+    history = TimeoutHistory(capacity=16)
+    pool, clock, rec = make_pool(cfg, decision=3, history=history)
+    pool.submit("a", np.array([1]))
+    run_events(pool, clock, 101.0)
+    (cb,) = rec.closed
+    assert cb.reason == "timeout"
+    assert cb.closed_at - cb.opened_at == pytest.approx(cfg.tmax)
+    # decision points at τ, 2τ, ... before Tmax, each extending (then capped)
+    assert len(cb.decisions) >= 2 and set(cb.decisions) == {3}
+    h = history.arrays()
+    assert h["decision"].tolist() == list(cb.decisions)
+    assert np.all(np.isfinite(h["outcome"]))  # filled at close
+    assert h["state"][0].tolist()[2] == 1.0  # N = 1
+
+
+def test_decision_close_now():
+    pool, clock, rec = make_pool(BufferConfig(gamma=0.2), decision=-1)
+    pool.submit("a", np.array([1]))
+    run_events(pool, clock, 101.0)
+    (cb,) = rec.closed
+    assert cb.reason == "decision"
+    assert cb.closed_at - cb.opened_at == pytest.approx(pool.config.tau)
+
+
+def test_full_buffer_closes_in_submit():
+    cfg = BufferConfig(max_requests_per_buffer=3)
+    pool, clock, rec = make_pool(cfg)
+    for i in range(3):
+        pool.submit(f"r{i}", np.array([1, 2]))
+        assert len(rec.closed) == (1 if i == 2 else 0)
+    assert rec.closed[0].reason == "full" and rec.closed[0].num_requests == 3
+    cfg_v = BufferConfig(max_vertices_per_buffer=5)
+    pool, clock, rec = make_pool(cfg_v)
+    pool.submit("a", np.array([1, 2, 3]))
+    pool.submit("b", np.array([3, 4, 5]))  # union reaches 5 vertices
+    assert [c.reason for c in rec.closed] == ["full"]
+
+
+def test_request_slo_budget_closes_early_with_reason_deadline():
+    cfg = BufferConfig(delta=0.9, exec_estimate_s=0.05)
+    pool, clock, rec = make_pool(cfg, decision=3)
+    pool.submit("long", np.array([1, 2]))
+    clock.advance(0.01)
+    pool.submit("short", np.array([2, 3]), slo_s=0.1)
+    run_events(pool, clock, 101.0)
+    (cb,) = rec.closed
+    assert cb.reason == "deadline"
+    for r in cb.requests:
+        assert cb.closed_at + cfg.exec_estimate_s <= r.deadline + EPS
+    assert cb.closed_at == pytest.approx(100.01 + 0.1 - 0.05)
+    # a request whose SLO is already impossible closes at once
+    pool.submit("hopeless", np.array([7]), slo_s=0.01)
+    assert rec.closed[-1].reason == "deadline" and rec.closed[-1].requests[0].id == "hopeless"
+
+
+def test_every_request_delivered_exactly_once_with_moves(bitcoin):
+    n, arrivals, sets = bitcoin
+    # open_below makes requests start new buffers, so the global optimiser has
+    # something to merge.
+    cfg = BufferConfig(open_below=0.3, delta=0.5)
+    pool, clock, rec = make_pool(cfg, decision=1, num_nodes=n)
+    t0 = clock.now()
+    for i, (a, u) in enumerate(zip(arrivals, sets, strict=True)):
+        run_events(pool, clock, t0 + a)
+        pool.submit(str(i), u, payload=i)
+    run_events(pool, clock, t0 + arrivals[-1] + 0.1)
+    pool.submit("last", sets[0])
+    pool.flush()
+    ids = Counter(r.id for cb in rec.closed for r in cb.requests)
+    assert len(ids) == arrivals.size + 1 and set(ids.values()) == {1}
+    stats = pool.stats
+    assert stats["moves"] > 0
+    assert stats["closed_requests"] == arrivals.size + 1 == stats["submitted"]
+    assert stats["waiting"] == 0 and stats["open_buffers"] == 0
+    assert rec.closed[-1].reason == "shutdown"
+    for cb in rec.closed:
+        assert cb.closed_at - cb.opened_at <= cfg.tmax + EPS
+        assert cb.union_size <= cb.total_vertices
+        for r in cb.requests:  # nobody waits past its SLO budget
+            assert cb.closed_at + cfg.exec_estimate_s <= r.deadline + EPS
+    assert stats["mean_sharing_degree"] > 0.2
+
+
+def test_snapshot_and_errors():
+    pool, clock, rec = make_pool()
+    bid = pool.submit("a", np.array([3, 1, 2]))
+    clock.advance(0.01)
+    (snap,) = pool.snapshot()
+    assert snap["buffer_id"] == bid and snap["requests"] == 1 and snap["vertices"] == 3
+    assert snap["age_s"] == pytest.approx(0.01)
+    assert snap["closes_in_s"] == pytest.approx(pool.config.t0 - 0.01)
+    with pytest.raises(InvalidRequest, match="already waiting"):
+        pool.submit("a", np.array([4]))
+    with pytest.raises(InvalidRequest):
+        pool.submit("b", np.array([1000]))
+    with pytest.raises(InvalidRequest):
+        pool.submit("c", np.array([1]), slo_s=0)
+    pool.stop()  # never started: flushes
+    assert [c.reason for c in rec.closed] == ["shutdown"]
+
+
+def test_failing_callback_does_not_block_other_buffers():
+    seen = []
+
+    def on_close(cb):
+        seen.append(cb.buffer_id)
+        if len(seen) == 1:
+            raise RuntimeError("downstream failed")
+
+    pool = MultiBufferPool(
+        BufferConfig(max_requests_per_buffer=1),
+        10,
+        FakeClock(),
+        FixedTimeoutConfigurator(),
+        on_close,
+    )
+    pool.submit("a", np.array([1]))
+    pool.submit("b", np.array([1]))
+    assert len(seen) == 2 and pool.stats["callback_errors"] == 1
+
+
+def test_background_thread_closes_buffers_with_a_real_clock():
+    done = threading.Event()
+    closed = []
+
+    def on_close(cb):
+        closed.append(cb)
+        done.set()
+
+    pool = MultiBufferPool(
+        BufferConfig(slo_s=0.1), 10, RealClock(), FixedTimeoutConfigurator(), on_close
+    )
+    pool.start()
+    try:
+        pool.submit("a", np.array([1, 2]))
+        assert done.wait(5.0)
+    finally:
+        pool.stop()
+    assert closed[0].reason == "timeout" and len(closed) == 1

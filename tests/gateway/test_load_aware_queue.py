@@ -1,0 +1,324 @@
+"""Load-aware queueing (FaaS-GNN 4.4): launch only when no instance is idle and
+n_req > n_instances; idle instances steal from the tail of the longest queue;
+FunctionPool retries work of a failing instance elsewhere."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from concurrent.futures import wait
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gnn_faas.clock import FakeClock
+from gnn_faas.errors import InvalidRequest, Unavailable
+from gnn_faas.gateway.load_aware_queue import (
+    BUSY,
+    IDLE,
+    FunctionPool,
+    Launch,
+    LoadAwarePolicy,
+    RequestCentricPolicy,
+    Run,
+    is_retryable,
+)
+from gnn_faas.traces import twitter
+
+
+def test_launch_only_when_no_instance_is_idle_and_n_req_exceeds_instances():
+    clock = FakeClock()
+    p = LoadAwarePolicy(max_instances=3, clock=clock, name="mem")
+    # nothing exists: n_req = 1 > 0 -> launch; the item waits for it (pending)
+    assert p.submit("a") == [Launch("mem-1")]
+    assert list(p.pending) == ["a"]
+    # n_req = 2 > 1 instance (launching) -> a second launch
+    assert p.submit("b") == [Launch("mem-2")]
+    clock.advance(1.5)  # cold start
+    assert p.ready("mem-1") == [Run("mem-1", "a")]
+    assert p.ready("mem-2") == [Run("mem-2", "b")]
+    # c: no idle instance, n_req = 3 > 2 -> launch AND queue on the warm
+    # instance with the shortest queue (it bypasses the cold start)
+    assert p.submit("c") == [Launch("mem-3")]
+    assert p.queue_lengths() == {"mem-1": 1, "mem-2": 0, "mem-3": 0}
+    # d: n_req = 4 > 3 but max_instances reached -> only queued, shortest queue
+    assert p.submit("d") == []
+    assert p.queue_lengths() == {"mem-1": 1, "mem-2": 1, "mem-3": 0}
+    # mem-1 finishes: its own queue first
+    clock.advance(0.2)
+    assert p.finished("mem-1") == [Run("mem-1", "c")]
+    # the new instance is ready: its queue is empty -> steals d
+    assert p.ready("mem-3") == [Run("mem-3", "d")]
+    assert p.steals == 1 and p.launches == 3
+    # an idle instance exists -> run at once, no launch
+    assert p.finished("mem-2") == []
+    assert p.instances["mem-2"].state == IDLE
+    assert p.submit("e") == [Run("mem-2", "e")]
+    # all busy, n_req = 3 == n_instances -> queue, no launch
+    p2 = LoadAwarePolicy(max_instances=5, clock=clock)
+    for item, iid in (("x", "fn-1"), ("y", "fn-2")):
+        assert p2.submit(item) == [Launch(iid)]
+        p2.ready(iid)
+    assert p2.finished("fn-1") == [] and p2.submit("z") == [Run("fn-1", "z")]
+    assert p2.n_requests == 2 and p2.n_instances == 2
+    assert p2.submit("w") == [Launch("fn-3")]  # 3 > 2
+    assert p2.submit("v") == [Launch("fn-4")]  # 4 > 3
+    # queue waits are measured on the clock
+    assert p.wait_percentiles()["queue_wait_p99_s"] == pytest.approx(1.5, abs=0.21)
+
+
+def test_idle_instance_takes_from_the_tail_of_the_longest_queue():
+    p = LoadAwarePolicy(max_instances=3)
+    for iid in ("fn-1", "fn-2"):
+        p.submit(f"first-{iid}")
+        p.ready(iid)
+    # fill queues: fn-1 gets a1 a2 a3, fn-2 gets b1 (placed by hand to set the scene)
+    p.instances["fn-1"].queue.extend(["a1", "a2", "a3"])
+    p.instances["fn-2"].queue.extend(["b1"])
+    steals = p.steals  # fn-2 stole "first-fn-2" (queued on fn-1 during its launch)
+    assert steals == 1
+    launch = p.launch()
+    assert p.ready(launch.instance) == [Run(launch.instance, "a3")]  # tail of the longest
+    assert list(p.instances["fn-1"].queue) == ["a1", "a2"]
+    # fn-2 finishes: own queue first (b1), not stealing
+    assert p.finished("fn-2") == [Run("fn-2", "b1")]
+    assert p.finished("fn-2") == [Run("fn-2", "a2")]  # then steals the tail
+    assert p.finished(launch.instance) == [Run(launch.instance, "a1")]
+    assert p.finished("fn-1") == [] and p.steals - steals == 3
+
+
+def test_failed_instance_hands_back_its_work():
+    p = LoadAwarePolicy(max_instances=2)
+    p.submit("a")
+    p.ready("fn-1")
+    p.submit("b")  # launches fn-2, queued on fn-1
+    actions, running = p.failed("fn-1")
+    assert running == "a"  # the caller retries it
+    # b was queued on the dead instance: it now waits for fn-2 (launching)
+    assert actions == [] and list(p.pending) == ["b"]
+    assert p.ready("fn-2") == [Run("fn-2", "b")]
+    # a launch that fails with work pending and nothing left starts another
+    q = LoadAwarePolicy(max_instances=1)
+    q.submit("x")
+    actions, running = q.failed("fn-1")
+    assert running is None and actions == [Launch("fn-2")]
+    with pytest.raises(ValueError):
+        q.finished("fn-2")  # still launching
+
+
+def test_remove_only_idle_instances_without_work():
+    p = LoadAwarePolicy(max_instances=2)
+    p.submit("a")
+    assert not p.remove("fn-1")  # launching
+    p.ready("fn-1")
+    assert not p.remove("fn-1")  # busy
+    p.finished("fn-1")
+    assert p.remove("fn-1") and p.n_instances == 0
+
+
+@dataclass
+class Sim:
+    """A discrete-event run of the policy over a real arrival stream."""
+
+    policy: LoadAwarePolicy
+    launch_s: float
+    service_s: float
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    max_instances=st.integers(1, 6),
+    service_ms=st.integers(5, 200),
+    launch_ms=st.integers(0, 1000),
+)
+def test_policy_invariants_on_a_real_trace(seed, max_instances, service_ms, launch_ms):
+    """Replay Twitter arrivals through the policy with a fake clock and check,
+    at every event: launches happen only when no instance was idle and
+    n_req > n_instances < max; an idle instance never coexists with queued
+    work; every item runs exactly once."""
+    arrivals = twitter.arrivals(40, 2, seed=seed)
+    clock = FakeClock()
+    p = LoadAwarePolicy(max_instances, clock)
+    events: list[tuple[float, int, str, str]] = [
+        (t, 1, "submit", str(i)) for i, t in enumerate(arrivals)
+    ]
+    ran: Counter[str] = Counter()
+    rng = np.random.default_rng(seed)
+
+    def apply(actions, now):
+        for a in actions:
+            if isinstance(a, Launch):
+                events.append((now + launch_ms / 1e3, 0, "ready", a.instance))
+            else:
+                ran[a.item] += 1
+                dur = service_ms / 1e3 * rng.uniform(0.5, 1.5)
+                events.append((now + dur, 0, "finished", a.instance))
+
+    while events:
+        events.sort()
+        t, _, kind, arg = events.pop(0)
+        clock.set(t)
+        if kind == "submit":
+            idle_before = any(s.state == IDLE for s in p.instances.values())
+            n_req, n_inst = p.n_requests + 1, p.n_instances
+            actions = p.submit(arg)
+            if any(isinstance(a, Launch) for a in actions):
+                assert not idle_before and n_req > n_inst and n_inst < max_instances
+        else:
+            actions = getattr(p, kind)(arg)
+        apply(actions, t)
+        queued = sum(len(s.queue) for s in p.instances.values()) + len(p.pending)
+        if queued:
+            assert not any(s.state == IDLE for s in p.instances.values())
+        assert all(s.current is not None for s in p.instances.values() if s.state == BUSY)
+    assert set(ran) == {str(i) for i in range(arrivals.size)} and set(ran.values()) == {1}
+    assert p.launches <= max_instances
+
+
+# -- FunctionPool ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FakeInstance:
+    id: int
+    url: str
+
+
+class FakePlatform:
+    def __init__(self, fail_launches: int = 0):
+        self.count = 0
+        self.fail_launches = fail_launches
+        self.stopped: list[FakeInstance] = []
+        self.lock = threading.Lock()
+
+    def launch(self) -> FakeInstance:
+        with self.lock:
+            self.count += 1
+            if self.count <= self.fail_launches:
+                raise OSError("no capacity")
+            return FakeInstance(self.count, f"http://127.0.0.1:{9000 + self.count}")
+
+
+def test_function_pool_retries_work_of_a_failing_instance():
+    platform = FakePlatform()
+    pool = FunctionPool(
+        "memory", platform.launch, FakeClock(), max_instances=2, on_failed=platform.stopped.append
+    )
+
+    def work(inst: FakeInstance) -> str:
+        if inst.id == 1:
+            raise Unavailable("instance killed")
+        return f"done on {inst.id}"
+
+    try:
+        fut = pool.submit(work)
+        assert fut.result(timeout=10) == "done on 2"
+        assert [i.id for i in platform.stopped] == [1]
+        stats = pool.stats
+        assert stats["retries"] == 1 and stats["instance_failures"] == 1
+        assert stats["launches"] == 2 and stats["instances"] == 1
+        # ordinary errors are the caller's: no retry, the instance stays
+        bad = pool.submit(lambda inst: (_ for _ in ()).throw(InvalidRequest("bad ids")))
+        with pytest.raises(InvalidRequest):
+            bad.result(timeout=10)
+        assert pool.stats["retries"] == 1 and pool.stats["instances"] == 1
+    finally:
+        pool.close()
+
+
+def test_function_pool_gives_up_after_max_attempts():
+    platform = FakePlatform()
+    pool = FunctionPool("compute", platform.launch, FakeClock(), max_instances=4, max_attempts=3)
+
+    def always_down(inst):
+        raise ConnectionResetError("connection reset by peer")
+
+    try:
+        fut = pool.submit(always_down)
+        with pytest.raises(Unavailable, match="failed on 3 instance"):
+            fut.result(timeout=10)
+        assert pool.stats["retries"] == 2 and pool.stats["instance_failures"] == 3
+    finally:
+        pool.close()
+    # launches that keep failing end in Unavailable, not a hang
+    broken = FunctionPool("x", FakePlatform(fail_launches=100).launch, FakeClock(), 2)
+    try:
+        with pytest.raises(Unavailable, match="could not launch"):
+            broken.submit(lambda inst: 1).result(timeout=10)
+        assert broken.stats["launch_failures"] == 3
+    finally:
+        broken.close()
+
+
+def test_function_pool_serves_a_burst_and_scales_down():
+    platform = FakePlatform()
+    pool = FunctionPool("memory", platform.launch, FakeClock(), max_instances=3, min_instances=1)
+    assert pool.has_ready_instance()  # nothing warm yet, but it may launch
+    pool.start()
+    pool.start()  # idempotent
+    gate = threading.Event()
+
+    def work(inst, i=0):
+        gate.wait(10)
+        return i * i
+
+    try:
+        futs = [pool.submit(lambda inst, i=i: work(inst, i)) for i in range(20)]
+        gate.set()
+        done, _ = wait(futs, timeout=20)
+        assert len(done) == 20 and [f.result() for f in futs] == [i * i for i in range(20)]
+        stats = pool.stats
+        assert stats["completed"] == 20 and 1 <= stats["launches"] <= 3
+        snap = pool.snapshot()
+        assert snap["name"] == "memory" and snap["policy"] == "load_aware"
+        rows = snap["instances"]
+        assert len(rows) == stats["instances"] and snap["pending"] == 0
+        assert all(s["state"] == "idle" and s["queue_length"] == 0 for s in rows)
+        assert all(s["url"].startswith("http://127.0.0.1:") for s in rows)
+        assert sum(snap["queues"].values()) == 0
+        removed = pool.scale_to(0)
+        assert len(removed) == stats["instances"] and pool.stats["instances"] == 0
+        assert pool.idle_instances() == []
+    finally:
+        pool.stop()
+    assert not pool.has_ready_instance()
+    with pytest.raises(Unavailable):
+        pool.submit(lambda inst: 1)
+
+
+def test_request_centric_policy_waits_for_its_own_cold_start():
+    p = RequestCentricPolicy(max_instances=2)
+    assert p.submit("a") == [Launch("fn-1")]
+    assert p.submit("b") == [Launch("fn-2")]  # no idle instance: launch per request
+    assert p.ready("fn-2") == [Run("fn-2", "b")]  # b waited for its own instance
+    assert p.submit("c") == []  # at the cap: queued on the shortest queue
+    assert p.queue_lengths() == {"fn-1": 1, "fn-2": 1}
+    assert p.ready("fn-1") == [Run("fn-1", "a")]
+    assert p.finished("fn-1") == []  # no stealing: c stays with fn-2
+    assert p.finished("fn-2") == [Run("fn-2", "c")] and p.steals == 0
+    # the FunctionPool runs it too, and failing launches still end in Unavailable
+    broken = FunctionPool(
+        "rc", FakePlatform(fail_launches=100).launch, FakeClock(), 2, policy="request_centric"
+    )
+    try:
+        with pytest.raises(Unavailable, match="could not launch"):
+            broken.submit(lambda inst: 1).result(timeout=10)
+    finally:
+        broken.close()
+    ok = FunctionPool("rc", FakePlatform().launch, FakeClock(), 2, policy="request_centric")
+    try:
+        assert ok.submit(lambda inst: inst.id).result(timeout=10) == 1
+    finally:
+        ok.close()
+
+
+def test_retryable_errors():
+    import requests
+
+    assert is_retryable(Unavailable("x")) and is_retryable(ConnectionRefusedError())
+    assert is_retryable(requests.exceptions.ConnectionError())
+    assert not is_retryable(InvalidRequest("x")) and not is_retryable(TimeoutError())
