@@ -1,0 +1,378 @@
+"""The embedded platform: function instances as local processes (DESIGN principle 3).
+
+Each instance is ``python -m gnn_faas serve KIND *args --host H --port 0``
+(plus ``--memory-mb M`` for memory functions) in its own process group, its
+output in a log file per instance. The instance binds a free port itself and
+prints ``... listening on http://HOST:PORT ...`` (gnn_faas.cli.serve), so no
+port is reserved in advance and none can be taken in between; the platform
+reads that URL from the log and polls ``GET {url}/v2/health/ready`` until it
+answers 200. That spawn-to-ready time is the instance's *cold start*, measured
+in wall time. If the process exits or ``start_timeout_s`` passes first, the
+instance is killed and :class:`~gnn_faas.errors.Unavailable` carries the tail
+of its log.
+
+CPU: the instance is billed for ``vcpus``; its thread pools follow them
+(``GNN_FAAS_THREADS``, ``OMP_NUM_THREADS``, ... set to ``ceil(vcpus)``), as a
+CPU limit would on Kubernetes. Keep-alive: a daemon reaper thread stops
+instances idle (no call in flight) for longer than their spec's
+``keep_alive_s`` and drops failed ones: scale to zero. ``stop`` sends SIGTERM
+to the process group, waits ``stop_grace_s``, then SIGKILLs what is left
+(gunicorn workers included); every child is waited for, so no zombies and no
+ports stay bound. ``shutdown`` (also registered with :mod:`atexit`) stops
+everything.
+
+Times (started, ready, last used, keep-alive, metering) come from ``clock``; a
+:class:`~gnn_faas.clock.FakeClock` makes keep-alive and metering deterministic
+while the processes themselves stay real.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import itertools
+import logging
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import psutil
+
+from gnn_faas.clock import Clock, RealClock
+from gnn_faas.errors import NotFound, Unavailable
+from gnn_faas.scheduler.platform.base import FunctionSpec, Instance, Platform
+from gnn_faas.scheduler.platform.metering import Meter, MeteringReport
+
+log = logging.getLogger(__name__)
+
+LISTENING = re.compile(rb"listening on (https?://[^\s]+)")
+THREAD_VARS = ("GNN_FAAS_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+CommandFactory = Callable[[FunctionSpec, str], list[str]]
+
+
+@dataclass
+class _Running:
+    instance: Instance
+    proc: subprocess.Popen
+    calls: int = 0  # calls in flight
+
+
+def _tail(path: Path, limit: int = 2000) -> str:
+    try:
+        data = path.read_bytes()[-limit:]
+    except OSError:
+        return ""
+    return data.decode("utf-8", "replace").strip()
+
+
+class LocalPlatform(Platform):
+    """Function instances as processes on this machine."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        clock: Clock | None = None,
+        host: str = "127.0.0.1",
+        log_dir: str | Path | None = None,
+        python: str = sys.executable,
+        start_timeout_s: float = 30.0,
+        reaper_interval_s: float | None = 1.0,
+        *,
+        command_factory: CommandFactory | None = None,
+        stop_grace_s: float = 5.0,
+        env: dict[str, str] | None = None,
+    ):
+        """``command_factory(spec, host)``: the argv of an instance (default:
+        ``gnn-faas serve``); it must print the ``listening on URL`` line and
+        serve ``/v2/health/ready``. ``reaper_interval_s=None``: no reaper
+        thread (call :meth:`reap` yourself). ``env``: extra environment for
+        every instance."""
+        self.clock = clock if clock is not None else RealClock()
+        self.host = host
+        self.python = python
+        self.start_timeout_s = float(start_timeout_s)
+        self.stop_grace_s = float(stop_grace_s)
+        self.command_factory = command_factory or self.serve_command
+        self.extra_env = dict(env or {})
+        self._own_log_dir = log_dir is None
+        self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="gnn-faas-instances-"))
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.meter = Meter(self.clock)
+        self._running: dict[str, _Running] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.RLock()
+        self._closed = False
+        self._stop_reaper = threading.Event()
+        self._reaper: threading.Thread | None = None
+        if reaper_interval_s is not None:
+            self._reaper = threading.Thread(
+                target=self._reap_loop,
+                args=(float(reaper_interval_s),),
+                daemon=True,
+                name="gnn-faas-reaper",
+            )
+            self._reaper.start()
+        atexit.register(self.shutdown)
+
+    # -- commands ----------------------------------------------------------------
+    def serve_command(self, spec: FunctionSpec, host: str) -> list[str]:
+        """``python -m gnn_faas serve KIND *args --host H --port 0 [--memory-mb M]``."""
+        argv = [self.python, "-m", "gnn_faas", "serve", spec.kind, *spec.args]
+        argv += ["--host", host, "--port", "0"]
+        if spec.kind == "memory":
+            argv += ["--memory-mb", str(spec.memory_mb)]
+        return argv
+
+    def _environment(self, spec: FunctionSpec) -> dict[str, str]:
+        env = dict(os.environ)
+        # The child must import this very gnn_faas, installed or not.
+        root = str(Path(__file__).resolve().parents[3])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        env["PYTHONUNBUFFERED"] = "1"
+        threads = str(max(1, math.ceil(spec.vcpus)))
+        env.update({var: threads for var in THREAD_VARS})
+        env.update(self.extra_env)
+        env.update(dict(spec.env))
+        return env
+
+    # -- lifecycle ---------------------------------------------------------------
+    def launch(self, spec: FunctionSpec) -> Instance:
+        if self._closed:
+            raise Unavailable("the local platform has been shut down")
+        iid = f"{spec.name}-{next(self._ids)}"
+        log_path = self.log_dir / f"{iid}.log"
+        argv = self.command_factory(spec, self.host)
+        t0 = time.perf_counter()
+        try:
+            # The child holds its own copy of the log descriptor; ours closes now.
+            with open(log_path, "wb") as log_file:
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    env=self._environment(spec),
+                    start_new_session=True,  # its own process group: stop kills workers too
+                    close_fds=True,
+                )
+        except OSError as exc:
+            raise Unavailable(f"cannot start {spec.name}: {exc}") from None
+        now = self.clock.now()
+        inst = Instance(
+            id=iid, spec=spec, url="", pid=proc.pid, state="starting", started_at=now, last_used=now
+        )
+        run = _Running(inst, proc)
+        with self._lock:
+            self._running[iid] = run
+        self.meter.start(iid, spec.name, spec.memory_mb, spec.vcpus, at=now)
+        log.info("launching %s: %s", iid, " ".join(argv))
+
+        url, reason = self._wait_ready(proc, log_path, t0 + self.start_timeout_s)
+        if url is None:
+            self._terminate(run, grace=0.0)
+            with self._lock:
+                inst.state = "failed"
+            self.meter.stop(iid)
+            tail = _tail(log_path)
+            raise Unavailable(
+                f"instance {iid} of {spec.name!r} did not become ready: {reason}"
+                + (f"; log tail:\n{tail}" if tail else "")
+            )
+        cold = time.perf_counter() - t0
+        with self._lock:
+            now = self.clock.now()
+            inst.url, inst.ready_at, inst.last_used, inst.cold_start_s = url, now, now, cold
+            if inst.state == "starting":
+                inst.state = "ready"
+            snapshot = replace(inst)
+        self.meter.ready(iid, cold)
+        log.info("%s ready at %s after a %.3f s cold start", iid, url, cold)
+        return snapshot
+
+    def _wait_ready(
+        self, proc: subprocess.Popen, log_path: Path, deadline: float
+    ) -> tuple[str | None, str]:
+        """Poll for the listening line, then for a 200 from the readiness probe."""
+        url: str | None = None
+        pause = 0.01
+        while True:
+            code = proc.poll()
+            if code is not None:
+                return None, f"the process exited with status {code}"
+            if url is None:
+                try:
+                    match = LISTENING.search(log_path.read_bytes())
+                except OSError:
+                    match = None
+                if match:
+                    url = match.group(1).decode().rstrip("/")
+            if url is not None and self._probe(url):
+                return url, ""
+            if time.perf_counter() >= deadline:
+                return None, f"not ready after {self.start_timeout_s:g} s"
+            time.sleep(pause)
+            pause = min(0.1, pause * 1.5)
+
+    @staticmethod
+    def _probe(url: str) -> bool:
+        try:
+            with urllib.request.urlopen(f"{url}/v2/health/ready", timeout=2.0) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def _terminate(self, run: _Running, grace: float) -> None:
+        """SIGTERM the process group, SIGKILL what is left after ``grace``; wait
+        for every process so none is left a zombie."""
+        proc = run.proc
+        try:
+            children = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.Error:
+            children = []
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM if grace > 0 else signal.SIGKILL)
+        try:
+            proc.wait(timeout=grace if grace > 0 else 5.0)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        # Workers the leader did not take down with it (psutil checks pid reuse).
+        _, alive = psutil.wait_procs(children, timeout=grace if grace > 0 else 0.5)
+        for child in alive:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        psutil.wait_procs(alive, timeout=1.0)
+
+    def stop(self, instance_id: str) -> None:
+        with self._lock:
+            run = self._running.pop(instance_id, None)
+            if run is None:
+                return
+            if run.instance.state != "failed":
+                run.instance.state = "stopped"
+        self._finish(instance_id, run)
+
+    def _finish(self, instance_id: str, run: _Running) -> None:
+        self._terminate(run, self.stop_grace_s)
+        self.meter.stop(instance_id)
+        log.info("stopped %s", instance_id)
+
+    def _poll(self) -> None:
+        """Mark instances whose process died as failed (and stop billing them)."""
+        dead = []
+        with self._lock:
+            for iid, run in self._running.items():
+                if run.instance.state not in ("stopped", "failed") and run.proc.poll() is not None:
+                    run.instance.state = "failed"
+                    dead.append((iid, run))
+        for iid, run in dead:
+            log.warning("instance %s exited with status %s", iid, run.proc.returncode)
+            self.meter.stop(iid)
+            self._terminate(run, grace=0.0)  # its workers, if any survived it
+
+    # -- queries -----------------------------------------------------------------
+    def instances(self, name: str | None = None) -> list[Instance]:
+        self._poll()
+        with self._lock:
+            return [
+                replace(r.instance)
+                for r in self._running.values()
+                if name is None or r.instance.spec.name == name
+            ]
+
+    def log_path(self, instance_id: str) -> Path:
+        """The instance's log file (kept after it stops, until shutdown)."""
+        return self.log_dir / f"{instance_id}.log"
+
+    @contextlib.contextmanager
+    def busy(self, instance_id: str) -> Iterator[Instance]:
+        with self._lock:
+            run = self._running.get(instance_id)
+            if run is None:
+                raise NotFound(f"no instance {instance_id!r}")
+            if not run.instance.available:
+                raise Unavailable(f"instance {instance_id} is {run.instance.state}")
+            run.calls += 1
+            run.instance.state = "busy"
+            snapshot = replace(run.instance)
+        self.meter.busy_begin(instance_id)
+        try:
+            yield snapshot
+        finally:
+            with self._lock:
+                run.calls -= 1
+                run.instance.last_used = self.clock.now()
+                if run.calls == 0 and run.instance.state == "busy":
+                    run.instance.state = "ready"
+            self.meter.busy_end(instance_id)
+
+    def reap(self) -> list[str]:
+        self._poll()
+        now = self.clock.now()
+        with self._lock:
+            failed = [i for i, r in self._running.items() if r.instance.state == "failed"]
+            idle = [
+                i
+                for i, r in self._running.items()
+                if r.instance.state == "ready"
+                and r.calls == 0
+                and now - r.instance.last_used > r.instance.spec.keep_alive_s
+            ]
+            # Out of the table under the lock: no call can be routed to them now.
+            for iid in failed:
+                self._running.pop(iid)
+            to_stop = [(iid, self._running.pop(iid)) for iid in idle]
+            for _, run in to_stop:
+                run.instance.state = "stopped"
+        for iid, run in to_stop:
+            log.info("%s idle past its keep-alive: scaling it in", iid)
+            self._finish(iid, run)
+        return failed + idle
+
+    def _reap_loop(self, interval: float) -> None:
+        while not self._stop_reaper.wait(interval):
+            try:
+                self.reap()
+            except Exception:  # never let the reaper die silently
+                log.exception("reaper failed")
+
+    def metering(self, start: float | None = None, end: float | None = None) -> MeteringReport:
+        self._poll()
+        return self.meter.report(start, end)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._stop_reaper.set()
+        if self._reaper is not None and self._reaper is not threading.current_thread():
+            self._reaper.join(timeout=10)
+        with self._lock:
+            runs = list(self._running.items())
+            self._running.clear()
+        # SIGTERM everyone first, then wait: shutdown takes one grace period, not n.
+        for _, run in runs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(run.proc.pid, signal.SIGTERM)
+        for iid, run in runs:
+            self._terminate(run, self.stop_grace_s)
+            self.meter.stop(iid)
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.shutdown)
+        if self._own_log_dir:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
