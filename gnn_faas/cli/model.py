@@ -1,0 +1,91 @@
+"""``gnn-faas model import|show``: checkpoints from PyG state_dicts.
+
+``gnn-faas model import --pyg STATE_DICT --arch gcn|sage|gin|gat [--in-dim
+--hidden --out-dim --layers --heads --aggr --eps ...] --out DIR`` converts the
+state_dict of a PyG model into the checkpoint format (``model.safetensors`` +
+``config.json``). The model must keep its layers in order in
+``self.convs = torch.nn.ModuleList([...])`` (``GCNConv``, ``SAGEConv``,
+``GINConv(Sequential(Linear, ReLU, Linear))`` or ``GATConv`` with PyG's
+defaults; the last GATConv with ``concat=False``) and have no other
+parameters, so the names look like ``convs.0.lin.weight``. The file is
+``safetensors.torch.save_file(model.state_dict(), PATH)`` or
+``torch.save(model.state_dict(), PATH)`` (read with ``weights_only=True``).
+Dimensions not given are read from the weights; given ones must agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("model", help="import or show model checkpoints")
+    cmds = p.add_subparsers(dest="model_command", metavar="ACTION", required=True)
+    imp = cmds.add_parser(
+        "import",
+        help="convert a PyG state_dict into a checkpoint",
+        description=__doc__.split("\n\n", 1)[1].replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    imp.add_argument(
+        "--pyg",
+        required=True,
+        metavar="STATE_DICT",
+        help="safetensors or torch.save file of the model's state_dict",
+    )
+    imp.add_argument("--arch", required=True, choices=("gcn", "sage", "gin", "gat"))
+    imp.add_argument("--in-dim", type=int, default=None)
+    imp.add_argument("--hidden", type=int, default=None, help="hidden width (gat: per head)")
+    imp.add_argument("--out-dim", type=int, default=None)
+    imp.add_argument("--layers", type=int, default=None)
+    imp.add_argument("--heads", type=int, default=None, help="gat heads")
+    imp.add_argument("--aggr", default="mean", choices=("mean", "max"), help="sage aggregator")
+    imp.add_argument(
+        "--eps", type=float, default=None, help="gin eps (default: from weights, else 0)"
+    )
+    imp.add_argument("--graph", default="", help="the store graph the model serves")
+    imp.add_argument(
+        "--task",
+        default="vertex",
+        choices=("vertex", "embedding", "edge", "graph"),
+        help="vertex: outputs are class scores; otherwise embeddings",
+    )
+    imp.add_argument("--num-classes", type=int, default=0)
+    imp.add_argument("--fanouts", default=None, help="default serving fanouts, e.g. 10,5")
+    imp.add_argument("--out", required=True, help="checkpoint directory to write")
+    imp.set_defaults(handler=_import)
+    show = cmds.add_parser("show", help="print a checkpoint's config.json")
+    show.add_argument("path", metavar="DIR")
+    show.set_defaults(handler=_show)
+
+
+def _import(args: argparse.Namespace) -> int:
+    from gnn_faas.cli.train import parse_fanouts
+    from gnn_faas.functions.pyg_import import import_pyg
+
+    config = import_pyg(
+        args.pyg,
+        args.out,
+        args.arch,
+        in_dim=args.in_dim,
+        hidden_dim=args.hidden,
+        out_dim=args.out_dim,
+        num_layers=args.layers,
+        heads=args.heads,
+        eps=args.eps,
+        aggr=args.aggr,
+        graph=args.graph,
+        task=args.task,
+        num_classes=args.num_classes or None,
+        fanouts=parse_fanouts(args.fanouts),
+    )
+    dims = "x".join(str(d) for d in [config.in_dim] + [o for _, o in config.layer_dims()])
+    print(f"imported {config.arch} ({dims}, {config.num_layers} layers) -> {args.out}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from gnn_faas.functions.checkpoint import load_config
+
+    print(load_config(args.path).to_json())
+    return 0
