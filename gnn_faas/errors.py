@@ -57,9 +57,7 @@ class MissingExtra(GnnFaasError):
     """An optional dependency (pip extra) is not installed."""
 
     def __init__(self, feature: str, extra: str, module: str):
-        super().__init__(
-            f"{feature} needs the '{module}' package: pip install 'gnn-faas[{extra}]'"
-        )
+        super().__init__(f"{feature} needs the '{module}' package: pip install 'gnn-faas[{extra}]'")
 
 
 class Unavailable(GnnFaasError):

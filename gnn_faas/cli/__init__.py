@@ -20,6 +20,13 @@ COMMAND_MODULES = [
     "gnn_faas.cli.ingest",
     "gnn_faas.cli.datasets",
     "gnn_faas.cli.bench",
+    "gnn_faas.cli.train",
+    "gnn_faas.cli.model",
+    "gnn_faas.cli.serve",
+    "gnn_faas.cli.profile",
+    "gnn_faas.cli.timeouts",
+    "gnn_faas.cli.up",
+    "gnn_faas.cli.demo",
 ]
 
 

@@ -44,9 +44,7 @@ class Block:
     def adjacency(self, dtype=np.float32) -> sp.csr_matrix:
         """The ``num_dst x num_src`` 0/1 matrix whose row ``i`` marks i's in-neighbours."""
         data = np.ones(self.indices.size, dtype=dtype)
-        return sp.csr_matrix(
-            (data, self.indices, self.indptr), shape=(self.num_dst, self.num_src)
-        )
+        return sp.csr_matrix((data, self.indices, self.indptr), shape=(self.num_dst, self.num_src))
 
 
 @dataclass(frozen=True)

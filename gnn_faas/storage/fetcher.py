@@ -36,9 +36,7 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
-def sample_segments(
-    owners: np.ndarray, counts: np.ndarray, fanout: int, seed: int
-) -> np.ndarray:
+def sample_segments(owners: np.ndarray, counts: np.ndarray, fanout: int, seed: int) -> np.ndarray:
     """Mask over the concatenated neighbour segments keeping at most ``fanout``
     entries per segment, chosen uniformly without replacement by a keyed hash."""
     total = int(counts.sum())

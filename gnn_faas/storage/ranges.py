@@ -131,4 +131,3 @@ class RangeReader:
             raise CorruptBlob(f"{path}: short read ({buf.size} of {plan.read_bytes} bytes)")
         offsets = plan.offsets
         return gather_ranges(buf, offsets, offsets + lengths[keep])
-

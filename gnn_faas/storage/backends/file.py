@@ -118,9 +118,7 @@ class FileBackend(StorageBackend):
     def ls(self, prefix: str = "") -> list[str]:
         if not self.root.exists():
             return []
-        keys = (
-            p.relative_to(self.root).as_posix() for p in self.root.rglob("*") if p.is_file()
-        )
+        keys = (p.relative_to(self.root).as_posix() for p in self.root.rglob("*") if p.is_file())
         return sorted(k for k in keys if k.startswith(prefix) and ".tmp-" not in k)
 
     def pipe_file(self, path: str, data: bytes | memoryview) -> None:

@@ -1,0 +1,136 @@
+"""``gnn-faas bench e2e``: the same real request stream served three ways.
+
+Arrivals come from the real Twitter trace scaled to ``--rps`` (its busiest
+window of ``--duration`` seconds, burstiness kept); targets follow the graph's
+real request order. Each mode runs a fresh stack (``gnn-faas up`` with its own
+local platform and function processes):
+
+- ``gnn_faas``: graph-sharing buffers, merged execution, adaptive cache,
+  load-aware queueing;
+- ``request_centric`` (AWSGNN): no buffers, no cache, every request runs on its
+  own instances, a new instance whenever none is idle, memory functions sized
+  for the largest request of the stream (as FaaS-GNN sized its baselines);
+- ``no_sharing``: buffers, but each request aggregated on its own.
+
+Instances are warmed before the stream (one of each function), and metering
+covers the first request to the last response.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import numpy as np
+
+from gnn_faas.errors import InvalidRequest
+
+MODES = {"gnn_faas": "graph_sharing", "request_centric": "request_centric",
+         "no_sharing": "no_sharing"}  # fmt: skip
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--graph", default="bitcoin-otc", help="graph (and dataset) name")
+    p.add_argument("--trace", default="twitter", choices=["twitter"], help="arrival trace")
+    p.add_argument("--rps", type=float, default=20.0, help="mean requests per second")
+    p.add_argument("--duration", type=float, default=30.0, help="seconds of trace to replay")
+    p.add_argument("--slo", type=float, default=0.3, help="SLO in seconds (λGrapher: 0.3)")
+    p.add_argument("--store", default=None, help="graph store URI (default: ./var/store)")
+    p.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of modes")
+    p.add_argument("--arch", default="gcn")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--memory-mb", type=int, default=256, help="gnn_faas memory function size")
+    p.add_argument("--compute-mb", type=int, default=512, help="compute function size")
+    p.add_argument("--max-instances", type=int, default=4, help="per function (gnn_faas)")
+    p.add_argument("--baseline-max-instances", type=int, default=8, help="request_centric cap")
+
+
+def largest_request_mb(store: str, graph: str, targets: np.ndarray, layers: int, dim: int) -> int:
+    """Memory function size for the largest request (FaaS-GNN's baseline sizing)."""
+    from gnn_faas.scheduler.function_memory import round_memory_mb
+    from gnn_faas.storage.fetcher import KHopFetcher
+    from gnn_faas.storage.format import open_graph
+
+    fetcher = KHopFetcher(open_graph(store, graph))
+    worst = 0
+    for t in np.unique(targets):
+        cg = fetcher.fetch([int(t)], layers)
+        rows = cg.layer_sizes[0] + sum(cg.layer_sizes[1:])
+        worst = max(worst, rows * dim * 4 + cg.indices.size * 16)
+    return round_memory_mb(96 * 2**20 + worst)
+
+
+def run(args: argparse.Namespace) -> dict:
+    from gnn_faas.bench.stack import Stack, summarise
+    from gnn_faas.cli.up import prepare
+    from gnn_faas.config import ModelServingConfig, ServingConfig
+    from gnn_faas.storage.format import open_graph
+    from gnn_faas.traces.replay import replay
+    from gnn_faas.traces.twitter import arrivals
+
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        raise InvalidRequest(f"unknown mode(s) {bad}; choose from {list(MODES)}")
+    base = ServingConfig(
+        store=args.store or "",
+        models=(ModelServingConfig(name=args.graph, graph=args.graph, dataset=args.graph,
+                                   arch=args.arch, slo_s=args.slo),),
+    )  # fmt: skip
+    prepare(base)
+    graph = open_graph(base.store, args.graph)
+    times = arrivals(args.rps, args.duration, seed=args.seed)
+    order = graph.read_blob("request_order") if graph.has("request_order") else None
+    if order is None or order.size == 0:
+        order = np.random.default_rng(args.seed).integers(0, graph.num_nodes, times.size)
+    reps = math.ceil(times.size / order.size)
+    targets = np.tile(order, reps)[: times.size]
+    ckpt = str(base.checkpoint_dir(base.models[0]))
+    results: dict = {
+        "graph": args.graph,
+        "trace": args.trace,
+        "rps": args.rps,
+        "duration_s": args.duration,
+        "requests": int(times.size),
+        "slo_s": args.slo,
+    }
+    baseline_mb = largest_request_mb(
+        base.store, args.graph, targets, base.models[0].layers, graph.manifest.feature_dim
+    )
+    for name in modes:
+        mode = MODES[name]
+        rc = mode == "request_centric"
+        config = {
+            "store": base.store,
+            "platform": {
+                "memory_function_mb": baseline_mb if rc else args.memory_mb,
+                "compute_function_mb": args.compute_mb,
+                "max_memory_instances": args.baseline_max_instances if rc else args.max_instances,
+                "max_compute_instances": args.baseline_max_instances if rc else args.max_instances,
+                "min_instances": 1,
+            },
+            "models": [{
+                "name": args.graph, "graph": args.graph, "dataset": args.graph,
+                "checkpoint": ckpt, "slo_s": args.slo, "mode": mode,
+            }],
+        }  # fmt: skip
+        with Stack(config) as stack:
+            # a few requests outside the measured window warm caches and connections
+            replay(stack.url, args.graph, np.linspace(0, 0.5, 5), targets[:5])
+            t_start = time.monotonic()
+            result = replay(stack.url, args.graph, times, targets)
+            t_end = time.monotonic()
+            status = stack.status(window_start=t_start, window_end=t_end)
+        metering = status["metering"]["total"]
+        summary = summarise(result, args.slo, metering)
+        if rc:
+            summary["memory_function_mb"] = baseline_mb
+        if result.error_messages:
+            summary["error_examples"] = result.error_messages[:3]
+        results[name] = summary
+    if "gnn_faas" in results and "request_centric" in results:
+        g, r = results["gnn_faas"], results["request_centric"]
+        results["gb_s_ratio"] = g["gb_s_per_request"] / max(r["gb_s_per_request"], 1e-12)
+        results["vcpu_s_ratio"] = g["vcpu_s_per_request"] / max(r["vcpu_s_per_request"], 1e-12)
+    return results

@@ -1,0 +1,178 @@
+"""``gnn-faas up``, ``invoke`` and ``status``.
+
+``gnn-faas up [--config FILE] [--port P]`` prepares what the config names (the
+graph from the dataset registry when the store lacks it; a checkpoint trained
+on the graph's vertex task when none exists), then serves the gateway under
+gunicorn: one worker process with threads and background timers; the worker
+builds the data plane, which starts function instances on the platform, and
+stops them when it exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("up", help="serve the gateway and its functions (embedded default)")
+    p.add_argument("--config", default=None, help="YAML serving config (default: embedded)")
+    p.add_argument("--host", default=None, help="gateway address (default: config, 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="gateway port (default: config, 8080)")
+    p.add_argument("--log-level", default="info")
+    p.set_defaults(handler=_up)
+
+    i = sub.add_parser("invoke", help="send one inference request to a running gateway")
+    i.add_argument("model", help="model name (see GET /v2/models)")
+    i.add_argument("--targets", type=int, nargs="+", required=True, help="vertex ids")
+    i.add_argument("--url", default=DEFAULT_URL)
+    i.add_argument("--timeout", type=float, default=30.0)
+    i.set_defaults(handler=_invoke)
+
+    s = sub.add_parser("status", help="instances, queues, buffers and caches of a gateway")
+    s.add_argument("--url", default=DEFAULT_URL)
+    s.add_argument("--json", action="store_true", help="print the raw JSON")
+    s.set_defaults(handler=_status)
+
+
+def prepare(config, log=print) -> None:
+    """Make sure every model's graph and checkpoint exist (idempotent)."""
+    from gnn_faas.errors import NotFound
+    from gnn_faas.storage.datasets import ensure_dataset
+    from gnn_faas.storage.format import open_graph
+
+    for m in config.models:
+        try:
+            open_graph(config.store, m.graph)
+        except NotFound:
+            if not m.dataset:
+                raise
+            log(f"preparing dataset {m.dataset!r} into {config.store}")
+            ensure_dataset(config.store, m.dataset)
+        ckpt = config.checkpoint_dir(m)
+        if not (Path(ckpt) / "config.json").is_file():
+            log(f"training {m.arch} for {m.name!r} into {ckpt} (first start only)")
+            cmd = [
+                sys.executable, "-m", "gnn_faas", "train",
+                "--dataset", m.dataset or m.graph, "--arch", m.arch,
+                "--layers", str(m.layers), "--hidden", str(m.hidden),
+                "--epochs", str(m.epochs), "--store", config.store, "--out", str(ckpt),
+            ]  # fmt: skip
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+
+
+def _up(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from gnn_faas.config import load_config
+    from gnn_faas.functions.gunicorn_runner import ServerConfig, serve
+    from gnn_faas.logs import configure_logging
+
+    configure_logging(args.log_level)
+    config = load_config(args.config)
+    gw = config.gateway
+    if args.host or args.port is not None:
+        gw = dataclasses.replace(
+            gw, host=args.host or gw.host, port=gw.port if args.port is None else args.port
+        )
+        config = dataclasses.replace(config, gateway=gw)
+    prepare(config, log=lambda msg: print(f"gnn-faas up: {msg}", file=sys.stderr, flush=True))
+    holder: dict = {}
+
+    def factory():
+        from gnn_faas.gateway.app import create_gateway_app
+        from gnn_faas.gateway.data_plane import DataPlane
+
+        configure_logging(args.log_level)
+        plane = DataPlane(config)
+        holder["plane"] = plane
+        plane.start()
+        return create_gateway_app(plane)
+
+    def worker_exit(server, worker):
+        plane = holder.get("plane")
+        if plane is not None:
+            plane.shutdown()
+
+    server = ServerConfig(
+        role="gateway",
+        host=gw.host,
+        port=gw.port,
+        workers=1,
+        threads=gw.threads,
+        timeout=max(30, int(gw.request_timeout_s) * 2),
+        graceful_timeout=15,
+        extra={"worker_exit": worker_exit},
+    )
+    return serve(factory, server)
+
+
+def _invoke(args: argparse.Namespace) -> int:
+    import requests
+
+    from gnn_faas.errors import InvalidRequest, Unavailable
+    from gnn_faas.traces.replay import vertex_request
+
+    url = f"{args.url.rstrip('/')}/v2/models/{args.model}/infer"
+    try:
+        r = requests.post(url, json=vertex_request(args.targets), timeout=args.timeout)
+    except requests.RequestException as exc:
+        raise Unavailable(f"gateway at {args.url} unreachable ({type(exc).__name__})") from None
+    body = r.json() if r.headers.get("Content-Type", "").startswith("application/json") else {}
+    if r.status_code != 200:
+        raise InvalidRequest(body.get("error", r.text[:200]))
+    print(json.dumps(body))
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    import requests
+
+    from gnn_faas.errors import Unavailable
+
+    try:
+        st = requests.get(f"{args.url.rstrip('/')}/v1/status", timeout=10).json()
+    except requests.RequestException as exc:
+        raise Unavailable(f"gateway at {args.url} unreachable ({type(exc).__name__})") from None
+    if args.json:
+        print(json.dumps(st, indent=2))
+        return 0
+    print(f"ready: {st['ready']}  uptime: {st['uptime_s']:.0f} s")
+    print("instances:")
+    for inst in st["instances"]:
+        print(
+            f"  {inst['id']:<28} {inst['state']:<8} {inst['url']:<24} "
+            f"{inst['spec']['memory_mb']:>6} MiB  cold start {inst.get('cold_start_s') or 0:.2f} s"
+        )
+    for m in st["models"]:
+        print(f"model {m['model']} ({m['mode']}): {m['totals']}")
+        for key in ("memory_pool", "compute_pool"):
+            pool = m[key]
+            states = ", ".join(f"{i['instance']} {i['state']}" for i in pool["instances"])
+            print(f"  {pool['name']}: [{states}] queues {pool['queues']} pending {pool['pending']}")
+        bs = m.get("buffer_stats") or {}
+        if bs:
+            print(
+                f"  buffers: {len(m['buffers'])} open, {bs.get('closed_buffers', 0)} closed, "
+                f"mean sharing degree {bs.get('mean_sharing_degree', 0):.3f}"
+            )
+        for c in m.get("caches", []):
+            if "error" in c:
+                print(f"  cache of {c['instance']}: unavailable ({c['error']})")
+                continue
+            print(
+                f"  cache of {c['instance']}: hit rate {c.get('hit_rate', 0):.3f}, "
+                f"{c.get('rows', 0)} rows / capacity {c.get('capacity_rows', 0)}, "
+                f"{c.get('evictions', 0)} evictions"
+            )
+    tot = st["metering"]["total"]
+    print(
+        f"metering: {tot['allocated_gb_s']:.2f} GB-s allocated, {tot['busy_gb_s']:.3f} busy, "
+        f"{tot['vcpu_s']:.1f} vCPU-s, {tot['cold_starts']} cold starts"
+    )
+    return 0

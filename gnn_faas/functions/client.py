@@ -1,0 +1,242 @@
+"""HTTP clients of the memory and compute functions, and the HTTP transport.
+
+:class:`MemoryClient` and :class:`ComputeClient` speak the functions' frame
+protocol over a keep-alive :class:`requests.Session`. A remote error
+(``{"error": ...}`` with a status) is raised again here as the matching
+:class:`~gnn_faas.errors.GnnFaasError` subclass (400 -> InvalidRequest,
+413 -> PayloadTooLarge, 404 -> NotFound, 503 -> Unavailable, ...); a refused
+or dropped connection or a timeout is :class:`~gnn_faas.errors.Unavailable`.
+:class:`HttpTransport` implements :class:`gnn_faas.functions.executor.Transport`
+over the two clients, so :func:`~gnn_faas.functions.executor.run_layers` drives
+real function instances. No torch here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import requests
+
+from gnn_faas import errors
+from gnn_faas.functions.layer_plan import LayerStep
+from gnn_faas.functions.wire import FRAME_MIME, cg_from_tensors, decode_frame, encode_frame
+from gnn_faas.storage.computation_graph import Block, ComputationGraph
+
+_BY_STATUS: dict[int, type[errors.GnnFaasError]] = {
+    400: errors.InvalidRequest,
+    404: errors.NotFound,
+    405: errors.InvalidRequest,
+    413: errors.PayloadTooLarge,
+    502: errors.StorageError,
+    503: errors.Unavailable,
+    504: errors.Unavailable,
+}
+
+
+def error_for_status(status: int, message: str) -> errors.GnnFaasError:
+    """The exception a remote ``status`` maps to (500 and unknown: GnnFaasError)."""
+    cls = _BY_STATUS.get(status)
+    if cls is None:
+        cls = errors.InvalidRequest if 400 <= status < 500 else errors.GnnFaasError
+    return cls(message)
+
+
+class FunctionClient:
+    """Shared plumbing: frames and JSON over one keep-alive session."""
+
+    role = "function"
+
+    def __init__(
+        self,
+        base_url: str,
+        session: requests.Session | None = None,
+        timeout: float = 60.0,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.session = session or requests.Session()
+        self.timeout = timeout
+
+    def close(self) -> None:
+        self.session.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, **kw) -> requests.Response:
+        url = self.base_url + path
+        try:
+            resp = self.session.request(method, url, timeout=self.timeout, **kw)
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            raise errors.Unavailable(
+                f"{self.role} function at {self.base_url} unreachable ({type(exc).__name__})"
+            ) from None
+        if resp.status_code >= 400:
+            try:
+                message = resp.json()["error"]
+            except (ValueError, KeyError, TypeError):
+                message = resp.text[:200] or resp.reason
+            raise error_for_status(resp.status_code, f"{self.role} function: {message}")
+        return resp
+
+    def _frame(self, resp: requests.Response) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        if resp.headers.get("Content-Type", "").split(";")[0] != FRAME_MIME:
+            raise errors.GnnFaasError(f"{self.role} function answered without a frame")
+        return decode_frame(resp.content, max_bytes=len(resp.content))
+
+    def post_frame(
+        self, path: str, tensors: dict[str, np.ndarray], params: dict[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        body = encode_frame(tensors, params)
+        resp = self._request("POST", path, data=body, headers={"Content-Type": FRAME_MIME})
+        return self._frame(resp)
+
+    def post_json(self, path: str, obj: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict]:
+        return self._frame(self._request("POST", path, json=obj))
+
+    def get_json(self, path: str) -> dict[str, Any]:
+        return self._request("GET", path).json()
+
+    def ready(self) -> bool:
+        """``True`` when ``/v2/health/ready`` answers 200 (never raises)."""
+        try:
+            return self._request("GET", "/v2/health/ready").status_code == 200
+        except errors.GnnFaasError:
+            return False
+
+    def stats(self) -> dict[str, Any]:
+        return self.get_json("/v1/stats")
+
+
+class MemoryClient(FunctionClient):
+    role = "memory"
+
+    def graph(
+        self,
+        targets: np.ndarray | list[int],
+        hops: int,
+        fanouts: list[int] | None = None,
+        seed: int = 0,
+        degrees: bool = True,
+    ) -> ComputationGraph:
+        """The ``hops``-layer computation graph of ``targets`` (global ids)."""
+        t = np.asarray(targets, dtype=np.int64)
+        params = {
+            "hops": int(hops),
+            "fanouts": None if fanouts is None else [int(f) for f in fanouts],
+            "seed": int(seed),
+            "degrees": bool(degrees),
+        }
+        tensors, _ = self.post_frame("/v1/graph", {"targets": t}, params)
+        return cg_from_tensors(tensors)
+
+    def aggregate(
+        self,
+        op: str,
+        block: Block,
+        src_ids: np.ndarray,
+        h: np.ndarray | None = None,
+        extras: dict[str, np.ndarray] | None = None,
+        *,
+        eps: float = 0.0,
+        negative_slope: float = 0.2,
+        dst_offset: int | None = None,
+        return_root: bool = False,
+        partial: bool = False,
+        include_self: bool = True,
+    ) -> dict[str, np.ndarray]:
+        """Aggregate ``block`` (local CSR) over the rows of ``src_ids`` (global):
+        ``h`` when given, else the memory side's input rows. Returns ``{"agg"[,
+        "root"]}`` or, with ``partial``, the partial state."""
+        tensors = {
+            "indptr": np.asarray(block.indptr, dtype=np.int64),
+            "indices": np.asarray(block.indices, dtype=np.int64),
+            "src_ids": np.asarray(src_ids, dtype=np.int64),
+        }
+        if h is not None:
+            tensors["h"] = np.asarray(h, dtype=np.float32)
+        for k, v in (extras or {}).items():
+            tensors[k] = np.asarray(v)
+        params = {
+            "op": op,
+            "num_dst": int(block.num_dst),
+            "dst_offset": int(
+                getattr(block, "dst_offset", 0) if dst_offset is None else dst_offset
+            ),
+            "eps": float(eps),
+            "negative_slope": float(negative_slope),
+            "return_root": bool(return_root),
+            "partial": bool(partial),
+            "include_self": bool(include_self),
+        }
+        out, _ = self.post_frame("/v1/aggregate", tensors, params)
+        return out
+
+    def features(self, ids: np.ndarray | list[int]) -> np.ndarray:
+        out, _ = self.post_frame("/v1/features", {"ids": np.asarray(ids, dtype=np.int64)})
+        return out["x"]
+
+
+class ComputeClient(FunctionClient):
+    role = "compute"
+
+    def model(self) -> dict[str, Any]:
+        return self.get_json("/v1/model")
+
+    def pre(self, layer: int, h: np.ndarray) -> dict[str, np.ndarray]:
+        out, _ = self.post_frame(
+            "/v1/update", {"h": np.asarray(h, np.float32)}, {"layer": int(layer), "stage": "pre"}
+        )
+        return out
+
+    def post(self, layer: int, agg: np.ndarray, root: np.ndarray | None = None) -> np.ndarray:
+        tensors = {"agg": np.asarray(agg, np.float32)}
+        if root is not None:
+            tensors["root"] = np.asarray(root, np.float32)
+        out, _ = self.post_frame("/v1/update", tensors, {"layer": int(layer), "stage": "post"})
+        return out["h"]
+
+    def head(self, kind: str, **tensors: np.ndarray) -> np.ndarray:
+        """``head("edge", h_u=..., h_v=...)`` -> scores; ``head("graph", h=...,
+        segments=...)`` -> readout rows."""
+        out, _ = self.post_frame("/v1/head", dict(tensors), {"kind": kind})
+        return out["score" if kind == "edge" else "readout"]
+
+
+class HttpTransport:
+    """:class:`~gnn_faas.functions.executor.Transport` over a memory and a compute function."""
+
+    def __init__(self, memory: MemoryClient, compute: ComputeClient):
+        self.memory = memory
+        self.compute = compute
+
+    def aggregate(
+        self,
+        step: LayerStep,
+        block: Block,
+        h_src: np.ndarray | None,
+        src_ids: np.ndarray,
+        extras: dict[str, np.ndarray],
+    ) -> dict[str, np.ndarray]:
+        return self.memory.aggregate(
+            step.op,
+            block,
+            src_ids,
+            h_src,
+            extras,
+            eps=step.eps,
+            negative_slope=step.negative_slope,
+            return_root=step.return_root,
+        )
+
+    def features(self, ids: np.ndarray) -> np.ndarray:
+        return self.memory.features(ids)
+
+    def pre(self, step: LayerStep, h: np.ndarray) -> dict[str, np.ndarray]:
+        return self.compute.pre(step.layer, h)
+
+    def post(self, step: LayerStep, agg: np.ndarray, root: np.ndarray | None) -> np.ndarray:
+        return self.compute.post(step.layer, agg, root)

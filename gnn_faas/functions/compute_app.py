@@ -1,0 +1,171 @@
+"""The compute function: Update stages of one model over HTTP (torch).
+
+It loads only the checkpoint's layer weights (no graph), on CUDA when present
+and otherwise on the CPU with ``GNN_FAAS_THREADS`` intra-op threads per worker
+(default: cores / workers), set in the worker after the fork (the gunicorn
+master never imports torch).
+
+Endpoints (frames are ``application/x-gnn-faas-frame``):
+
+- ``GET /v2/health/live``, ``GET /v2/health/ready``;
+- ``GET /v1/model`` -> ``{"config": <config.json>, "device", "threads", "plan"}``;
+- ``POST /v1/update`` params ``{"layer": l, "stage": "pre"|"post"}``: ``pre``
+  takes ``h`` and answers ``h`` (gat also ``alpha_src``, ``alpha_dst``);
+  ``post`` takes ``agg`` (+ ``root`` for sage) and answers ``h``;
+- ``POST /v1/head`` params ``{"kind": "edge"|"graph"}``: edge takes ``h_u``,
+  ``h_v`` and answers ``score``; graph takes ``h`` and ``segments`` (int64)
+  and answers ``readout``;
+- ``GET /v1/stats``.
+
+Bad input is a 4xx JSON error; the instance keeps serving.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+from flask import Flask, jsonify
+
+from gnn_faas.errors import InvalidRequest
+from gnn_faas.functions.wire import DEFAULT_MAX_BYTES, params_get, require
+from gnn_faas.http import frame_response, install, read_frame
+
+
+def default_threads(workers: int = 1) -> int:
+    """``GNN_FAAS_THREADS`` if set, else the cores this process may use / workers."""
+    env = os.environ.get("GNN_FAAS_THREADS")
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            raise InvalidRequest(f"GNN_FAAS_THREADS must be an integer, got {env!r}") from None
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(1, workers))
+
+
+def set_torch_threads(threads: int) -> None:
+    """Intra-op threads of this process (call in the worker, after the fork)."""
+    import torch
+
+    torch.set_num_threads(int(threads))
+
+
+def _writable(a: np.ndarray) -> np.ndarray:
+    # frame tensors are read-only views of the body; torch.from_numpy wants writable memory
+    return a if a.flags.writeable else np.array(a)
+
+
+def create_compute_app(
+    model_dir: str,
+    device: str | None = None,
+    threads: int | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BYTES,
+) -> Flask:
+    """The compute function's Flask app (loads the checkpoint now)."""
+    from gnn_faas.functions.update import UpdateModel  # torch: only the compute side
+
+    n_threads = default_threads() if threads is None else int(threads)
+    set_torch_threads(n_threads)
+    model = UpdateModel.load(model_dir, device)
+    # torch ops release the GIL, but one model run at a time keeps per-worker
+    # thread counts meaningful and memory bounded
+    run_lock = threading.Lock()
+    counts = {"pre": 0, "post": 0, "edge": 0, "graph": 0}
+    app = install(Flask("gnn_faas.compute"), max_content_length=max_body_bytes)
+    timer = app.extensions["gnn_faas_timer"]
+    config = model.config
+    plan = [asdict(s) for s in model.plan.steps]
+
+    @app.get("/v2/health/live")
+    def live():
+        return jsonify({"live": True})
+
+    @app.get("/v2/health/ready")
+    def ready():
+        return jsonify({"ready": True})
+
+    @app.get("/v1/model")
+    def model_info():
+        import json
+
+        return jsonify(
+            {
+                "config": json.loads(config.to_json()),
+                "device": str(model.device),
+                "threads": n_threads,
+                "plan": plan,
+            }
+        )
+
+    @app.get("/v1/stats")
+    def stats():
+        return jsonify(
+            {
+                "pid": os.getpid(),
+                "device": str(model.device),
+                "threads": n_threads,
+                "requests": sum(counts.values()),
+                "requests_by_stage": dict(counts),
+                "http": timer.as_dict(),
+            }
+        )
+
+    @app.post("/v1/update")
+    def update():
+        tensors, params = read_frame()
+        layer = params_get(params, "layer", int)
+        stage = params_get(params, "stage", str)
+        if stage == "pre":
+            _only(tensors, {"h"})
+            h = _writable(require(tensors, "h", "float32", 2))
+            with run_lock:
+                out = model.pre(layer, h)
+        elif stage == "post":
+            _only(tensors, {"agg", "root"})
+            agg = _writable(require(tensors, "agg", "float32", (2, 3)))
+            root = require(tensors, "root", "float32", 2, optional=True)
+            with run_lock:
+                out = {"h": model.post(layer, agg, None if root is None else _writable(root))}
+        else:
+            raise InvalidRequest(f"stage must be 'pre' or 'post', got {stage!r}")
+        counts[stage] += 1
+        return frame_response(out)
+
+    @app.post("/v1/head")
+    def head():
+        tensors, params = read_frame()
+        kind = params_get(params, "kind", str)
+        if kind == "edge":
+            _only(tensors, {"h_u", "h_v"})
+            h_u = _writable(require(tensors, "h_u", "float32", 2))
+            h_v = _writable(require(tensors, "h_v", "float32", 2))
+            with run_lock:
+                out = {"score": model.edge_scores(h_u, h_v)}
+        elif kind == "graph":
+            _only(tensors, {"h", "segments"})
+            h = _writable(require(tensors, "h", "float32", 2))
+            seg = require(tensors, "segments", "int64", 1)
+            # a readout has at most one graph per row: bounds the allocation
+            if seg.size and (seg.min() < 0 or seg.max() >= max(1, h.shape[0])):
+                raise InvalidRequest(f"segments must lie in [0, {h.shape[0]})")
+            with run_lock:
+                out = {"readout": model.graph_readout(h, _writable(seg))}
+        else:
+            raise InvalidRequest(f"kind must be 'edge' or 'graph', got {kind!r}")
+        counts[kind] += 1
+        return frame_response(out)
+
+    return app
+
+
+def _only(tensors: dict[str, Any], allowed: set[str]) -> None:
+    extra = set(tensors) - allowed
+    if extra:
+        raise InvalidRequest(f"unexpected tensors {sorted(extra)}; expected {sorted(allowed)}")

@@ -1,0 +1,456 @@
+"""Adaptive, memory-aware feature cache of a memory function (FaaS-GNN 4.3).
+
+Capacity follows memory: for each request,
+
+    capacity_bytes = limit - baseline - predicted_peak(request)
+
+where ``baseline`` is the instance's resident memory measured at start and
+the prediction comes from the :class:`~gnn_faas.functions.peak_predictor.PeakPredictor`.
+A capacity that shrinks evicts before the request runs.
+
+Value of a vertex (what stays and what gets in), after the dynamic GPU
+feature-cache policy (frequency-based admission and eviction) with the
+degree as a prior::
+
+    value(v) = freq(v) + degree_weight * log1p(out_degree(v)) / log1p(max out_degree)
+
+``freq`` counts the requests that read ``v`` (once per request); every
+``decay_every`` requests ALL counts are halved, so the frequency is recent.
+The degree term is at most ``degree_weight``: it ranks vertices never seen
+yet (the cache starts as a top-degree cache) and breaks ties, and a vertex
+read in recent requests outranks a merely high-degree one. Eviction removes
+the lowest values first (``argpartition``) and never a row of the request in
+flight (pinned). A missed row is admitted when there is free space or its
+value beats the lowest resident value (vectorised: the best misses against
+the worst residents, pairwise, sorted).
+
+Memory accounting: ``baseline + cache bytes + working set`` where the
+working set is the request's measured allocation peak (``tracemalloc``
+around the request). When that would exceed the limit (the prediction was too
+low, or numpy raised ``MemoryError``), the cache is cleared and the request
+re-executed on the empty cache (``reexecutions``); the request is never lost.
+Misses are admitted after the request's work, within
+``limit - baseline - max(predicted, actual)``, so the ceiling holds after
+every request.
+
+Storage: rows live in one float32 array kept dense (slots ``[0, rows)``),
+grown on demand (``ndarray.resize``, never beyond the capacity) and compacted
+in place when rows leave; ``slot_of[v]`` (int32, -1 absent) makes a lookup one
+vectorised gather. One re-entrant lock guards every mutation.
+"""
+
+from __future__ import annotations
+
+import threading
+import tracemalloc
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from gnn_faas.errors import InvalidRequest, Unavailable
+from gnn_faas.functions.peak_predictor import PeakPredictor, RequestShape, analytic_peak
+
+T = TypeVar("T")
+
+# Tuned on the Higgs retweet request order (``gnn-faas bench cache``): halving
+# every 128 requests beat 8..2048 there; the degree prior matters at cold start.
+DEFAULT_DECAY_EVERY = 128
+DEFAULT_DEGREE_WEIGHT = 0.5
+
+
+@dataclass(frozen=True)
+class CachePolicy:
+    """Knobs of the adaptive policy (see the module docstring for the formula)."""
+
+    decay_every: int = DEFAULT_DECAY_EVERY  # halve every count after this many requests
+    degree_weight: float = DEFAULT_DEGREE_WEIGHT  # weight of the normalised log-degree prior
+    max_rows: int | None = None  # hard cap on rows (benchmarks: a fraction of the graph)
+    growth: float = 1.5  # allocation grows by this factor (on demand, never past capacity)
+
+    def __post_init__(self) -> None:
+        if self.decay_every < 1:
+            raise InvalidRequest("decay_every must be >= 1")
+        if self.degree_weight < 0:
+            raise InvalidRequest("degree_weight must be >= 0")
+        if self.max_rows is not None and self.max_rows < 0:
+            raise InvalidRequest("max_rows must be >= 0")
+        if self.growth < 1.0:
+            raise InvalidRequest("growth must be >= 1")
+
+
+@dataclass
+class CacheStats:
+    lookups: int = 0
+    hits: int = 0
+    misses: int = 0
+    evictions: int = 0
+    admissions: int = 0
+    requests: int = 0
+    reexecutions: int = 0
+    over_limit: int = 0  # requests whose own working set exceeded limit - baseline
+
+
+def measure_peak(work: Callable[[], T]) -> tuple[T, int]:
+    """Run ``work`` and return ``(result, peak bytes it allocated)`` via tracemalloc."""
+    nested = tracemalloc.is_tracing()
+    if nested:
+        start, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+    else:
+        start = 0
+        tracemalloc.start()
+    try:
+        result = work()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        if not nested:
+            tracemalloc.stop()
+    return result, max(0, peak - start)
+
+
+class FeatureCache:
+    """Feature rows of the most valuable vertices, within a memory budget.
+
+    ``limit_bytes=None`` means no memory budget (capacity = ``policy.max_rows``);
+    ``predictor=None`` falls back to :func:`analytic_peak`.
+    """
+
+    def __init__(
+        self,
+        num_nodes: int,
+        dim: int,
+        degree: np.ndarray | None = None,
+        limit_bytes: int | None = None,
+        predictor: PeakPredictor | None = None,
+        policy: CachePolicy | None = None,
+        baseline_bytes: int = 0,
+    ):
+        self.num_nodes = int(num_nodes)
+        self.dim = int(dim)
+        self.row_bytes = 4 * self.dim
+        self.limit_bytes = None if limit_bytes is None else int(limit_bytes)
+        self.predictor = predictor
+        self.policy = policy or CachePolicy()
+        self.baseline_bytes = int(baseline_bytes)
+        self.lock = threading.RLock()
+        self.stats = CacheStats()
+        self.slot_of = np.full(self.num_nodes, -1, dtype=np.int32)
+        self.freq = np.zeros(self.num_nodes, dtype=np.float32)
+        self._pinned = np.zeros(self.num_nodes, dtype=bool)
+        if degree is not None and len(degree) != self.num_nodes:
+            raise InvalidRequest(
+                f"degree has {len(degree)} entries, graph has {num_nodes} vertices"
+            )
+        if degree is None or self.policy.degree_weight == 0 or self.num_nodes == 0:
+            self.prior = np.zeros(self.num_nodes, dtype=np.float32)
+        else:
+            logd = np.log1p(np.asarray(degree, dtype=np.float64).clip(min=0))
+            top = logd.max() or 1.0
+            self.prior = (self.policy.degree_weight * logd / top).astype(np.float32)
+        self._data = np.empty((0, self.dim), dtype=np.float32)
+        self._slot_node = np.empty(0, dtype=np.int64)
+        self.rows = 0
+        self.capacity_rows = self._row_cap(0)
+        self.last_predicted_peak = 0
+        self.last_actual_peak = 0
+        self._deferred: list[tuple[np.ndarray, np.ndarray]] | None = None
+
+    # -- figures ---------------------------------------------------------------
+    @property
+    def bytes(self) -> int:
+        """Bytes the cache holds (its allocated row array)."""
+        return int(self._data.nbytes)
+
+    def accounted_bytes(self, working_set: int) -> int:
+        return self.baseline_bytes + self.bytes + int(working_set)
+
+    def as_dict(self) -> dict[str, Any]:
+        s = self.stats
+        return {
+            "hits": s.hits,
+            "misses": s.misses,
+            "lookups": s.lookups,
+            "hit_rate": s.hits / s.lookups if s.lookups else 0.0,
+            "evictions": s.evictions,
+            "admissions": s.admissions,
+            "requests": s.requests,
+            "reexecutions": s.reexecutions,
+            "over_limit": s.over_limit,
+            "capacity_rows": int(self.capacity_rows),
+            "rows": int(self.rows),
+            "bytes": self.bytes,
+            "baseline_bytes": self.baseline_bytes,
+            "limit_bytes": self.limit_bytes,
+            "predicted_peak_bytes": int(self.last_predicted_peak),
+            "actual_peak_bytes": int(self.last_actual_peak),
+        }
+
+    def value(self, nodes: np.ndarray) -> np.ndarray:
+        """``freq + degree prior`` of ``nodes`` (see the module docstring)."""
+        return self.freq[nodes] + self.prior[nodes]
+
+    def resident(self) -> np.ndarray:
+        """Global ids of the cached vertices (slot order)."""
+        return self._slot_node[: self.rows].copy()
+
+    def contains(self, ids: np.ndarray) -> np.ndarray:
+        return self.slot_of[np.asarray(ids, dtype=np.int64)] >= 0
+
+    # -- capacity --------------------------------------------------------------
+    def predict_peak(self, shape: RequestShape | None) -> int:
+        if shape is None:
+            return 0
+        if self.predictor is not None:
+            return self.predictor.predict(shape)
+        return analytic_peak(shape)
+
+    def _row_cap(self, reserve_bytes: int) -> int:
+        """Rows the budget allows while ``reserve_bytes`` of working set run."""
+        cap = (
+            self.num_nodes
+            if self.policy.max_rows is None
+            else min(self.policy.max_rows, self.num_nodes)
+        )
+        if self.limit_bytes is not None:
+            free = self.limit_bytes - self.baseline_bytes - int(reserve_bytes)
+            cap = min(cap, max(0, free // self.row_bytes) if self.row_bytes else cap)
+        return int(cap)
+
+    def set_baseline(self, baseline_bytes: int) -> None:
+        """Set the memory held outside the cache and requests (and the idle capacity)."""
+        with self.lock:
+            self.baseline_bytes = int(baseline_bytes)
+            self.set_capacity(self._row_cap(0))
+
+    def set_capacity(self, rows: int, pinned: np.ndarray | None = None) -> None:
+        """Set the row capacity, evicting the lowest-value unpinned rows when it shrinks."""
+        with self.lock:
+            self.capacity_rows = int(rows)
+            if self.rows > self.capacity_rows:
+                self._mark_pinned(pinned, True)
+                try:
+                    self._evict_lowest(self.rows - self.capacity_rows)
+                finally:
+                    self._mark_pinned(pinned, False)
+            self._fit_allocation()
+
+    def clear(self) -> None:
+        """Drop every row and release the memory (counts are kept: they are history)."""
+        with self.lock:
+            if self.rows:
+                self.slot_of[self._slot_node[: self.rows]] = -1
+                self.stats.evictions += self.rows
+            self.rows = 0
+            self._data = np.empty((0, self.dim), dtype=np.float32)
+            self._slot_node = np.empty(0, dtype=np.int64)
+
+    # -- lookups ---------------------------------------------------------------
+    def get_rows(self, ids: np.ndarray, loader: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """Feature rows of ``ids`` (global, any order, repeats allowed) as a new
+        float32 array: hits gathered from the cache, the (unique) misses loaded
+        with one ``loader(miss_ids)`` call and then offered for admission
+        (deferred to the end of the request inside :meth:`run`)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        with self.lock:
+            slots = self.slot_of[ids]
+            hit = slots >= 0
+            n_hit = int(np.count_nonzero(hit))
+            out = np.empty((ids.size, self.dim), dtype=np.float32)
+            if n_hit == ids.size:
+                np.take(self._data, slots, axis=0, out=out)
+                miss_u = np.empty(0, np.int64)
+                miss_rows = np.empty((0, self.dim), np.float32)
+            else:
+                if n_hit:
+                    out[hit] = self._data[slots[hit]]
+                miss = ~hit
+                miss_u, inverse = np.unique(ids[miss], return_inverse=True)
+                miss_rows = np.asarray(loader(miss_u), dtype=np.float32).reshape(-1, self.dim)
+                if miss_rows.shape[0] != miss_u.size:
+                    raise InvalidRequest("feature loader returned the wrong number of rows")
+                out[miss] = miss_rows[inverse]
+            s = self.stats
+            s.lookups += int(ids.size)
+            s.hits += n_hit
+            s.misses += int(ids.size) - n_hit
+            self._touch(ids)
+            if self._deferred is not None:
+                self._deferred.append((miss_u, miss_rows))
+            else:
+                self._admit(miss_u, miss_rows, ids)
+                self._tick()
+            return out
+
+    # -- request protocol ------------------------------------------------------
+    def run(
+        self,
+        work: Callable[[], T],
+        shape: RequestShape | None = None,
+        pinned: np.ndarray | None = None,
+        predicted_peak: int | None = None,
+    ) -> T:
+        """Run one request's ``work`` under the memory protocol (module docstring).
+
+        ``shape`` gives the predicted peak (or pass ``predicted_peak``);
+        ``pinned`` are the ids the request reads (their rows are not evicted to
+        make room). ``work`` reads rows with :meth:`get_rows`.
+        """
+        with self.lock:
+            predicted = self.predict_peak(shape) if predicted_peak is None else int(predicted_peak)
+            pin = None if pinned is None else np.asarray(pinned, dtype=np.int64)
+            self.last_predicted_peak = predicted
+            self.set_capacity(self._row_cap(predicted), pin)
+            self._deferred = []
+            try:
+                try:
+                    result, peak = measure_peak(work)
+                    overflow = (
+                        self.limit_bytes is not None
+                        and self.accounted_bytes(peak) > self.limit_bytes
+                    )
+                except MemoryError:
+                    peak, overflow = 0, True
+                if overflow:
+                    # the prediction was too low: free the cache, run again on an empty one
+                    self.stats.reexecutions += 1
+                    self.clear()
+                    self._deferred = []
+                    try:
+                        result, peak = measure_peak(work)
+                    except MemoryError:
+                        raise Unavailable(
+                            "request needs more memory than this instance has"
+                        ) from None
+                    if (
+                        self.limit_bytes is not None
+                        and self.accounted_bytes(peak) > self.limit_bytes
+                    ):
+                        self.stats.over_limit += 1
+                self.last_actual_peak = peak
+                deferred, self._deferred = self._deferred, None
+                self.capacity_rows = self._row_cap(max(predicted, peak))
+                if deferred:
+                    ids = np.concatenate([d[0] for d in deferred])
+                    rows = np.concatenate([d[1] for d in deferred])
+                    if ids.size:
+                        ids, first = np.unique(ids, return_index=True)
+                        rows = rows[first]
+                    both = ids if pin is None else np.concatenate((pin, ids))
+                    self._admit(ids, rows, both)
+                # the request is over: its pins go, the cache keeps to its capacity
+                self.set_capacity(self.capacity_rows)
+                return result
+            finally:
+                self._deferred = None
+                self._tick()
+
+    # -- internals (call with the lock held) -------------------------------------
+    def _touch(self, ids: np.ndarray) -> None:
+        # once per request and vertex: mark, then add 1 where marked
+        mark = np.zeros(self.num_nodes, dtype=bool) if ids.size > self.num_nodes // 64 else None
+        if mark is not None:
+            mark[ids] = True
+            self.freq[mark] += 1.0
+        else:
+            self.freq[np.unique(ids)] += 1.0
+
+    def _tick(self) -> None:
+        self.stats.requests += 1
+        if self.stats.requests % self.policy.decay_every == 0:
+            self.freq *= 0.5
+
+    def _mark_pinned(self, pinned: np.ndarray | None, on: bool) -> None:
+        if pinned is not None and pinned.size:
+            self._pinned[pinned] = on
+
+    def _evict_lowest(self, k: int) -> None:
+        """Evict the ``k`` lowest-value unpinned rows (fewer if pinned rows block)."""
+        if k <= 0 or self.rows == 0:
+            return
+        nodes = self._slot_node[: self.rows]
+        vals = self.value(nodes).astype(np.float64)
+        vals[self._pinned[nodes]] = np.inf
+        k = min(k, int(np.count_nonzero(np.isfinite(vals))))
+        if k == 0:
+            return
+        victims = np.argpartition(vals, k - 1)[:k] if k < vals.size else np.arange(vals.size)
+        self._remove_slots(victims)
+
+    def _remove_slots(self, victims: np.ndarray) -> None:
+        """Remove rows at slots ``victims`` and compact: live rows from the tail
+        move into the holes below the new row count (vectorised)."""
+        if victims.size == 0:
+            return
+        self.slot_of[self._slot_node[victims]] = -1
+        new_rows = self.rows - victims.size
+        gone = np.zeros(self.rows, dtype=bool)
+        gone[victims] = True
+        holes = np.flatnonzero(gone[:new_rows])
+        movers = new_rows + np.flatnonzero(~gone[new_rows:])
+        if holes.size:
+            self._data[holes] = self._data[movers]
+            self._slot_node[holes] = self._slot_node[movers]
+            self.slot_of[self._slot_node[holes]] = holes.astype(np.int32)
+        self._slot_node[new_rows : self.rows] = -1
+        self.rows = new_rows
+        self.stats.evictions += int(victims.size)
+
+    def _fit_allocation(self) -> None:
+        """Release allocated rows above the capacity (never below the live rows)."""
+        target = max(self.rows, self.capacity_rows)
+        if self._data.shape[0] > target:
+            self._resize(target)
+
+    def _resize(self, rows: int) -> None:
+        # in-place realloc: no second copy of the cache is ever alive
+        self._data.resize((rows, self.dim), refcheck=False)
+        old = self._slot_node.size
+        self._slot_node.resize(rows, refcheck=False)
+        if rows > old:
+            self._slot_node[old:] = -1
+
+    def _admit(self, ids: np.ndarray, rows: np.ndarray, pinned: np.ndarray | None) -> None:
+        """Admit misses ``ids`` (unique, not resident) with their ``rows``: into free
+        slots best-first, then in exchange for the lowest-value unpinned residents
+        they beat."""
+        cap = self.capacity_rows
+        if ids.size == 0 or cap <= 0:
+            return
+        cand = self.value(ids).astype(np.float64)
+        order = np.argsort(-cand, kind="stable")[:cap]
+        free = max(0, cap - self.rows)
+        take = order[:free]
+        rest = order[free:]
+        victims = np.empty(0, dtype=np.int64)
+        if rest.size and self.rows:
+            self._mark_pinned(pinned, True)
+            try:
+                nodes = self._slot_node[: self.rows]
+                vals = self.value(nodes).astype(np.float64)
+                vals[self._pinned[nodes]] = np.inf
+            finally:
+                self._mark_pinned(pinned, False)
+            k = min(rest.size, int(np.count_nonzero(np.isfinite(vals))))
+            if k:
+                low = np.argpartition(vals, k - 1)[:k] if k < vals.size else np.arange(vals.size)
+                low = low[np.argsort(vals[low], kind="stable")]
+                beats = cand[rest[:k]] > vals[low]  # best misses vs worst residents
+                m = int(np.argmin(beats)) if not beats.all() else k
+                victims = low[:m]
+                take = np.concatenate((take, rest[:m]))
+        if victims.size:
+            self._remove_slots(victims)
+        if take.size == 0:
+            return
+        need = self.rows + take.size
+        if need > self._data.shape[0]:
+            grown = int(self._data.shape[0] * self.policy.growth) + 1
+            self._resize(min(cap, max(need, grown)))
+        slots = np.arange(self.rows, need)
+        self._data[slots] = rows[take]
+        self._slot_node[slots] = ids[take]
+        self.slot_of[ids[take]] = slots.astype(np.int32)
+        self.rows = need
+        self.stats.admissions += int(take.size)

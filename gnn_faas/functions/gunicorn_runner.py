@@ -1,0 +1,128 @@
+"""Run a Flask app factory under gunicorn, programmatically.
+
+The factory is called in each *worker*, never in the master (no
+``preload_app``): a compute worker initialises torch (and CUDA, which does not
+survive a fork) in its own process, and the master stays a small supervisor
+that imports neither the app nor numpy. Workers are ``gthread`` (a few
+threads each: health checks and stats stay responsive while a request runs).
+
+A ``post_fork`` callback runs in the worker before the factory: the compute
+function sets its torch thread count there. When the sockets are bound the
+master prints one line, ``gnn-faas <role> function listening on
+http://HOST:PORT (pid N)``, with the real port (``port=0`` picks a free one), which
+is what the local platform waits for. SIGTERM is a graceful shutdown. An app
+that fails to start (a :class:`~gnn_faas.errors.GnnFaasError`) prints one line,
+the worker exits with :data:`BOOT_ERROR_EXIT`, gunicorn halts and :func:`serve`
+returns 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+
+BOOT_ERROR_EXIT = 3  # gunicorn's WORKER_BOOT_ERROR: the arbiter halts with it
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    role: str  # "memory" or "compute" (for the log line and process titles)
+    host: str = "127.0.0.1"
+    port: int = 0
+    workers: int = 1
+    threads: int = 4
+    timeout: int = 120  # seconds a worker may stay silent on one request
+    graceful_timeout: int = 10
+    keepalive: int = 30  # keep connections to the gateway open between calls
+    loglevel: str = "warning"
+    extra: dict[str, Any] = field(default_factory=dict)  # any other gunicorn setting
+
+
+class FactoryApplication(BaseApplication):
+    """gunicorn application whose WSGI app comes from ``factory()`` in the worker."""
+
+    def __init__(
+        self,
+        factory: Callable[[], Any],
+        config: ServerConfig,
+        post_fork: Callable[[Any, Any], None] | None = None,
+        out=None,
+    ):
+        self.factory = factory
+        self.server_config = config
+        self.post_fork_hook = post_fork
+        self.out = out or sys.stdout
+        super().__init__()
+
+    def load_config(self) -> None:
+        c = self.server_config
+        settings = {
+            "bind": [f"{c.host}:{c.port}"],
+            "workers": c.workers,
+            "worker_class": "gthread",
+            "threads": c.threads,
+            "timeout": c.timeout,
+            "graceful_timeout": c.graceful_timeout,
+            "keepalive": c.keepalive,
+            "loglevel": c.loglevel,
+            "preload_app": False,
+            "accesslog": None,
+            "proc_name": f"gnn-faas-{c.role}",
+            "control_socket_disable": True,
+            "when_ready": self._when_ready,
+            "post_fork": self._post_fork,
+            **c.extra,
+        }
+        for key, value in settings.items():
+            if key in self.cfg.settings:  # older gunicorns lack some settings
+                self.cfg.set(key, value)
+
+    def load(self):
+        from gnn_faas.errors import GnnFaasError
+
+        try:
+            return self.factory()
+        except GnnFaasError as exc:
+            print(f"gnn-faas {self.server_config.role} function: error: {exc}", file=sys.stderr)
+            sys.stderr.flush()
+            raise SystemExit(BOOT_ERROR_EXIT) from None
+
+    # -- hooks ---------------------------------------------------------------------
+    def _when_ready(self, server) -> None:
+        for listener in server.LISTENERS:
+            host, port = listener.sock.getsockname()[:2]
+            print(
+                f"gnn-faas {self.server_config.role} function listening on "
+                f"http://{host}:{port} (pid {server.pid})",
+                file=self.out,
+                flush=True,
+            )
+
+    def _post_fork(self, server, worker) -> None:
+        if self.post_fork_hook is not None:
+            self.post_fork_hook(server, worker)
+
+
+def serve(
+    factory: Callable[[], Any],
+    config: ServerConfig,
+    post_fork: Callable[[Any, Any], None] | None = None,
+) -> int:
+    """Serve until SIGTERM/SIGINT; returns the exit status: 0 on a clean shutdown,
+    2 when the app could not start (the CLI's code for a :class:`GnnFaasError`)."""
+    master = os.getpid()
+    try:
+        FactoryApplication(factory, config, post_fork).run()
+    except SystemExit as exc:
+        if os.getpid() != master:
+            raise  # a worker leaving: its exit code is for the arbiter
+        code = exc.code
+        if code == BOOT_ERROR_EXIT:
+            return 2
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    return 0

@@ -1,0 +1,408 @@
+"""The memory function: computation graphs, feature rows and Aggregate over HTTP.
+
+NO torch here, ever (DESIGN principle 1): numpy/scipy/flask only, so the
+instance starts in a fraction of a second with a small image.
+
+On start it opens the graph (``verify="size"``: one size check per blob), a
+:class:`~gnn_faas.storage.fetcher.KHopFetcher` and the adaptive
+:class:`~gnn_faas.functions.feature_cache.FeatureCache` sized from the
+instance's memory limit (``--memory-mb``, else the cgroup, else physical RAM).
+
+Endpoints (frames are ``application/x-gnn-faas-frame``, see
+:mod:`gnn_faas.functions.wire`):
+
+- ``GET /v2/health/live`` -> ``{"live": true}``; ``GET /v2/health/ready`` ->
+  ``{"ready": true}`` once the graph is open and the cache allocated (503 before).
+- ``GET /v1/stats`` -> this instance's own figures: requests, bytes read,
+  round trips, ranges, cache figures, RSS, memory limit, predicted and actual
+  peak of the last request, re-executions.
+- ``POST /v1/graph`` (JSON ``{"targets", "hops", "fanouts", "seed",
+  "degrees"}``) -> frame ``nodes, layer_sizes, indptr, indices,
+  target_index[, in_degree]``.
+- ``POST /v1/aggregate`` (frame): tensors ``indptr`` int64 ``[num_dst + 1]``,
+  ``indices`` int64 (local source ids), ``src_ids`` int64 ``[num_src]`` (global
+  ids), optional ``h`` float32 ``[num_src, ...]`` (absent: the input rows of
+  ``src_ids`` are read through the feature cache), optional ``deg_src``,
+  ``deg_dst`` (gcn), ``alpha_src``, ``alpha_dst`` (gat); params ``op``,
+  ``num_dst``, ``dst_offset``, ``eps``, ``negative_slope``, ``return_root``,
+  ``partial``, ``include_self``. Answer: ``agg`` (+ ``root``), or with
+  ``partial`` the :func:`~gnn_faas.functions.aggregate.partial_aggregate` state.
+- ``POST /v1/features`` (JSON ``{"ids"}`` or a frame with ``ids``) -> frame ``x``.
+
+The heavy endpoints run one at a time per worker, each under the cache's
+memory protocol (predicted peak -> capacity -> measured peak -> re-execution
+when the ceiling would be crossed); health and stats answer from other threads
+meanwhile.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from flask import Flask, jsonify
+
+from gnn_faas.errors import InvalidRequest
+from gnn_faas.functions.aggregate import AGGREGATE_OPS, aggregate, partial_aggregate
+from gnn_faas.functions.feature_cache import (
+    DEFAULT_DECAY_EVERY,
+    DEFAULT_DEGREE_WEIGHT,
+    CachePolicy,
+    FeatureCache,
+)
+from gnn_faas.functions.memory_limit import detect_memory_limit, rss_bytes
+from gnn_faas.functions.peak_predictor import PeakPredictor, RequestShape, bundled_predictor_path
+from gnn_faas.functions.wire import (
+    DEFAULT_MAX_BYTES,
+    cg_from_tensors,
+    cg_tensors,
+    encode_frame,
+    params_get,
+    require,
+)
+from gnn_faas.http import encoded_frame_response, error_response, install, read_frame
+from gnn_faas.storage.computation_graph import Block
+from gnn_faas.storage.fetcher import KHopFetcher
+from gnn_faas.storage.format import open_graph
+
+MAX_HOPS = 8
+DEFAULT_PREDICTOR_GRAPH = "bitcoin-otc"  # the bundled predictor transfers: its inputs are shapes
+
+
+@dataclass(frozen=True)
+class MemoryFunctionConfig:
+    """One memory function instance.
+
+    ``memory_mb``: the instance's memory limit (``None``: detected).
+    ``predictor``: a peak predictor JSON (``None``: see :func:`load_predictor`). ``reserve_mb``: memory of the
+    instance held outside this worker (e.g. the gunicorn master), taken off the
+    budget; ``baseline_mb`` overrides the measured resident memory of the
+    started worker; ``workers`` share the limit equally.
+    """
+
+    store: str
+    graph: str
+    memory_mb: float | None = None
+    predictor: str | None = None
+    decay_every: int = DEFAULT_DECAY_EVERY
+    degree_weight: float = DEFAULT_DEGREE_WEIGHT
+    cache_max_rows: int | None = None
+    reserve_mb: float = 0.0
+    baseline_mb: float | None = None  # None: this worker's RSS once started (measured)
+    workers: int = 1
+    max_body_bytes: int = DEFAULT_MAX_BYTES
+    verify: str = "size"
+
+    def policy(self) -> CachePolicy:
+        return CachePolicy(
+            decay_every=self.decay_every,
+            degree_weight=self.degree_weight,
+            max_rows=self.cache_max_rows,
+        )
+
+
+def load_predictor(path: str | None, graph: str, feature_dim: int) -> PeakPredictor | None:
+    """The given predictor; else the one bundled for ``graph``; else the bundled
+    Bitcoin OTC one when the feature width matches what it was fitted on (its
+    inputs are shapes, but it saw input rows of that width only); else ``None``
+    (the conservative closed-form estimate)."""
+    if path:
+        return PeakPredictor.load(path)
+    own = bundled_predictor_path(graph)
+    if own.is_file():
+        return PeakPredictor.load(own)
+    default = bundled_predictor_path(DEFAULT_PREDICTOR_GRAPH)
+    if default.is_file():
+        pred = PeakPredictor.load(default)
+        if pred.meta.get("feature_dim") == feature_dim:
+            return pred
+    return None
+
+
+# -- request parsing (shared with the profiler) ----------------------------------------
+@dataclass(frozen=True)
+class AggregateCall:
+    """A validated ``/v1/aggregate`` request."""
+
+    op: str
+    block: Block
+    src_ids: np.ndarray
+    h: np.ndarray | None
+    extras: dict[str, np.ndarray]
+    eps: float
+    negative_slope: float
+    dst_offset: int
+    return_root: bool
+    partial: bool
+    include_self: bool
+
+    def shape(self, feature_dim: int) -> RequestShape:
+        width = feature_dim if self.h is None else int(np.prod(self.h.shape[1:], dtype=np.int64))
+        return RequestShape(
+            self.block.num_dst,
+            self.block.num_src,
+            self.block.num_edges,
+            width,
+            self.op,
+            loads_rows=self.h is None,
+        )
+
+
+def parse_aggregate(tensors: dict[str, np.ndarray], params: dict[str, Any]) -> AggregateCall:
+    op = params_get(params, "op", str)
+    if op not in AGGREGATE_OPS:
+        raise InvalidRequest(f"unknown aggregate op {op!r}: use one of {AGGREGATE_OPS}")
+    indptr = require(tensors, "indptr", "int64", 1)
+    indices = require(tensors, "indices", "int64", 1)
+    src_ids = require(tensors, "src_ids", "int64", 1)
+    h = require(tensors, "h", "float32", (2, 3), optional=True)
+    num_dst = params_get(params, "num_dst", int, indptr.size - 1)
+    if num_dst < 0 or indptr.size != num_dst + 1:
+        raise InvalidRequest(
+            f"indptr must have num_dst + 1 = {num_dst + 1} entries, got {indptr.size}"
+        )
+    if h is not None and h.shape[0] != src_ids.size:
+        raise InvalidRequest(f"h has {h.shape[0]} rows, src_ids {src_ids.size}")
+    extras = {}
+    for name in ("deg_src", "deg_dst"):
+        arr = tensors.get(name)
+        if arr is not None:
+            if arr.dtype.kind not in "iuf" or arr.ndim != 1:
+                raise InvalidRequest(f"tensor {name!r} must be a 1-D numeric array")
+            extras[name] = arr
+    for name in ("alpha_src", "alpha_dst"):
+        arr = require(tensors, name, "float32", 2, optional=True)
+        if arr is not None:
+            extras[name] = arr
+    unknown = set(tensors) - {"indptr", "indices", "src_ids", "h", *extras}
+    if unknown:
+        raise InvalidRequest(f"unexpected tensors {sorted(unknown)}")
+    dst_offset = params_get(params, "dst_offset", int, 0)
+    if dst_offset < 0:
+        raise InvalidRequest("dst_offset must be >= 0")
+    return AggregateCall(
+        op=op,
+        block=Block(num_dst, int(src_ids.size), indptr, indices),
+        src_ids=src_ids,
+        h=h,
+        extras=extras,
+        eps=params_get(params, "eps", float, 0.0),
+        negative_slope=params_get(params, "negative_slope", float, 0.2),
+        dst_offset=dst_offset,
+        return_root=params_get(params, "return_root", bool, False),
+        partial=params_get(params, "partial", bool, False),
+        include_self=params_get(params, "include_self", bool, True),
+    )
+
+
+def execute_aggregate(call: AggregateCall, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """The answer tensors of an aggregate call over source rows ``rows``."""
+    kw = dict(
+        eps=call.eps,
+        negative_slope=call.negative_slope,
+        dst_offset=call.dst_offset,
+        **call.extras,
+    )
+    if call.partial:
+        out = partial_aggregate(call.op, call.block, rows, include_self=call.include_self, **kw)
+    else:
+        out = {"agg": aggregate(call.op, call.block, rows, **kw)}
+    if call.return_root:
+        off = call.dst_offset
+        if off + call.block.num_dst > call.block.num_src:
+            raise InvalidRequest("root rows lie outside the source rows")
+        out["root"] = rows[off : off + call.block.num_dst]
+    return out
+
+
+def _ids_param(tensors: dict, params: dict, key: str) -> np.ndarray:
+    if key in tensors:
+        return require(tensors, key, "i", 1).astype(np.int64)
+    if key not in params:
+        raise InvalidRequest(f"missing {key!r}")
+    value = params[key]
+    if not isinstance(value, list):
+        raise InvalidRequest(f"{key!r} must be a list of vertex ids")
+    arr = np.asarray(value) if value else np.zeros(0, np.int64)
+    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise InvalidRequest(f"{key!r} must be a flat list of integer vertex ids")
+    return arr.astype(np.int64)
+
+
+# -- the instance --------------------------------------------------------------------
+class MemoryFunction:
+    """State of one memory function worker (graph, fetcher, cache, figures)."""
+
+    def __init__(self, cfg: MemoryFunctionConfig):
+        self.cfg = cfg
+        self.ready = False
+        self.graph = open_graph(cfg.store, cfg.graph, verify=cfg.verify)
+        self.fetcher = KHopFetcher(self.graph)
+        info = self.graph.info("features")
+        self.feature_dim = int(np.prod(info.shape[1:], dtype=np.int64))
+        degree = self.graph.read_blob("degree") if self.graph.has("degree") else None
+        self.limit = detect_memory_limit(cfg.memory_mb)
+        self.limit_bytes = int(self.limit.bytes / max(1, cfg.workers))
+        self.predictor = load_predictor(cfg.predictor, cfg.graph, self.feature_dim)
+        self.cache = FeatureCache(
+            self.graph.num_nodes,
+            self.feature_dim,
+            degree=degree,
+            limit_bytes=self.limit_bytes,
+            predictor=self.predictor,
+            policy=cfg.policy(),
+        )
+        # after every allocation of the start: what the worker holds before any request
+        own = rss_bytes() if cfg.baseline_mb is None else int(cfg.baseline_mb * 2**20)
+        self.cache.set_baseline(own + int(cfg.reserve_mb * 2**20))
+        self.counts = {"graph": 0, "aggregate": 0, "features": 0}
+        self.debug_modules = os.environ.get("GNN_FAAS_DEBUG_MODULES", "") not in ("", "0")
+        self.ready = True
+
+    def _load_rows(self, ids: np.ndarray) -> np.ndarray:
+        return self.fetcher.read_features(ids)
+
+    # -- endpoints -------------------------------------------------------------
+    def graph_request(self, tensors: dict, params: dict) -> bytes:
+        targets = _ids_param(tensors, params, "targets")
+        hops = params_get(params, "hops", int)
+        if not 0 <= hops <= MAX_HOPS:
+            raise InvalidRequest(f"hops must be in 0..{MAX_HOPS}, got {hops}")
+        fanouts = params.get("fanouts")
+        if fanouts is not None and (
+            not isinstance(fanouts, list)
+            or not all(isinstance(f, int) and not isinstance(f, bool) for f in fanouts)
+        ):
+            raise InvalidRequest("fanouts must be null or a list of integers (-1: all)")
+        if fanouts is not None and len(fanouts) != hops:
+            raise InvalidRequest(f"need one fanout per hop ({hops}), got {len(fanouts)}")
+        seed = params_get(params, "seed", int, 0)
+        degrees = params_get(params, "degrees", bool, True)
+        self.fetcher.check_ids(targets, "targets")
+        self.counts["graph"] += 1
+
+        def work() -> bytes:
+            cg = self.fetcher.fetch(targets, hops, fanouts=fanouts, seed=seed, degrees=degrees)
+            return encode_frame(cg_tensors(cg), {"hops": hops, "graph": self.graph.name})
+
+        return self.cache.run(work, predicted_peak=self._graph_peak(targets.size, hops, fanouts))
+
+    def _graph_peak(self, num_targets: int, hops: int, fanouts: list[int] | None) -> int:
+        """Working set of a k-hop fetch, estimated from the mean degree (a fetch
+        proves its real size only once done; a wrong guess re-executes)."""
+        n = self.graph.num_nodes
+        mean_deg = self.graph.num_edges / max(1, n)
+        nodes = frontier = float(num_targets)
+        edges = 0.0
+        for h in range(hops):
+            f = mean_deg if fanouts is None or fanouts[h] < 0 else min(mean_deg, fanouts[h])
+            edges += frontier * f
+            frontier = min(n, frontier * f)
+            nodes = min(n, nodes + frontier)
+        return int(96 * edges + 64 * nodes + (1 << 20))
+
+    def aggregate_request(self, tensors: dict, params: dict) -> bytes:
+        call = parse_aggregate(tensors, params)
+        self.fetcher.check_ids(call.src_ids, "src_ids")
+        self.counts["aggregate"] += 1
+
+        def work() -> bytes:
+            rows = call.h
+            if rows is None:
+                rows = self.cache.get_rows(call.src_ids, self._load_rows)
+            return encode_frame(execute_aggregate(call, rows))
+
+        pinned = call.src_ids if call.h is None else None
+        return self.cache.run(work, shape=call.shape(self.feature_dim), pinned=pinned)
+
+    def features_request(self, tensors: dict, params: dict) -> bytes:
+        ids = self.fetcher.check_ids(_ids_param(tensors, params, "ids"), "ids")
+        self.counts["features"] += 1
+
+        def work() -> bytes:
+            return encode_frame({"x": self.cache.get_rows(ids, self._load_rows)})
+
+        shape = RequestShape(ids.size, ids.size, 0, self.feature_dim, "features")
+        return self.cache.run(work, shape=shape, pinned=ids)
+
+    def stats(self) -> dict[str, Any]:
+        reads = self.fetcher.stats.as_dict()
+        cache = self.cache.as_dict()
+        out = {
+            "pid": os.getpid(),
+            "graph": self.graph.name,
+            "num_nodes": self.graph.num_nodes,
+            "feature_dim": self.feature_dim,
+            "requests": sum(self.counts.values()),
+            "requests_by_endpoint": dict(self.counts),
+            "bytes_read": reads["bytes_read"],
+            "bytes_needed": reads["bytes_needed"],
+            "round_trips": reads["round_trips"],
+            "ranges_requested": reads["ranges_requested"],
+            "read_seconds": reads["read_seconds"],
+            "cache": cache,
+            "rss_bytes": rss_bytes(),
+            "memory_limit_bytes": self.limit_bytes,
+            "memory_limit_source": self.limit.source,
+            "baseline_bytes": self.cache.baseline_bytes,
+            "predicted_peak_bytes": cache["predicted_peak_bytes"],
+            "actual_peak_bytes": cache["actual_peak_bytes"],
+            "reexecutions": cache["reexecutions"],
+            "predictor": "mlp" if self.predictor is not None else "analytic",
+        }
+        if self.debug_modules:
+            out["torch_loaded"] = "torch" in sys.modules
+        return out
+
+
+def create_memory_app(cfg: MemoryFunctionConfig) -> Flask:
+    """The memory function's Flask app (opens the graph and allocates the cache now)."""
+    fn = MemoryFunction(cfg)
+    app = install(Flask("gnn_faas.memory"), max_content_length=cfg.max_body_bytes)
+    app.extensions["gnn_faas_memory"] = fn
+    timer = app.extensions["gnn_faas_timer"]
+
+    @app.get("/v2/health/live")
+    def live():
+        return jsonify({"live": True})
+
+    @app.get("/v2/health/ready")
+    def ready():
+        if not fn.ready:
+            return error_response("graph not open yet", 503)
+        return jsonify({"ready": True})
+
+    @app.get("/v1/stats")
+    def stats():
+        out = fn.stats()
+        out["http"] = timer.as_dict()
+        return jsonify(out)
+
+    @app.post("/v1/graph")
+    def graph():
+        return encoded_frame_response(fn.graph_request(*read_frame()))
+
+    @app.post("/v1/aggregate")
+    def aggregate_():
+        return encoded_frame_response(fn.aggregate_request(*read_frame()))
+
+    @app.post("/v1/features")
+    def features():
+        return encoded_frame_response(fn.features_request(*read_frame()))
+
+    return app
+
+
+__all__ = [
+    "AggregateCall",
+    "MemoryFunction",
+    "MemoryFunctionConfig",
+    "cg_from_tensors",
+    "cg_tensors",
+    "create_memory_app",
+    "execute_aggregate",
+    "parse_aggregate",
+]

@@ -1,0 +1,94 @@
+"""The gateway's HTTP endpoints: thin Flask views over the :class:`DataPlane`.
+
+Open Inference Protocol (KServe/Triton v2 REST)::
+
+    GET  /v2/health/live          the process is up
+    GET  /v2/health/ready         every model could serve a request now
+    GET  /v2                      server metadata
+    GET  /v2/models               the served models (a convenience beyond OIP)
+    GET  /v2/models/{m}           model metadata
+    GET  /v2/models/{m}/ready     that model could serve a request now
+    POST /v2/models/{m}/infer     inference
+    GET  /metrics                 Prometheus text format
+    GET  /v1/status               instances, queues, buffers, caches, metering (JSON)
+
+Errors are ``{"error": "..."}`` with a 4xx status (gnn_faas.http).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Flask, Response, jsonify, request
+
+from gnn_faas import __version__
+from gnn_faas.errors import InvalidRequest
+from gnn_faas.gateway.data_plane import DataPlane
+from gnn_faas.http import install, request_body
+
+log = logging.getLogger("gnn_faas.gateway")
+
+
+def create_gateway_app(plane: DataPlane) -> Flask:
+    app = Flask("gnn_faas.gateway")
+    install(app, plane.serving.gateway.max_body_bytes)
+    app.extensions["gnn_faas_plane"] = plane
+
+    @app.get("/v2/health/live")
+    def live():
+        return jsonify({"live": plane.live()})
+
+    @app.get("/v2/health/ready")
+    def ready():
+        ok = plane.ready()
+        return jsonify({"ready": ok}), 200 if ok else 503
+
+    @app.get("/v2")
+    def server_metadata():
+        return jsonify({"name": "gnn-faas", "version": __version__, "extensions": ["metrics"]})
+
+    @app.get("/v2/models")
+    def models():
+        return jsonify({"models": [rt.metadata() for rt in plane.models.values()]})
+
+    @app.get("/v2/models/<name>")
+    def model_metadata(name: str):
+        return jsonify(plane.model(name).metadata())
+
+    @app.get("/v2/models/<name>/ready")
+    def model_ready(name: str):
+        ok = plane.model(name).ready()
+        return jsonify({"name": name, "ready": ok}), 200 if ok else 503
+
+    @app.post("/v2/models/<name>/infer")
+    def infer(name: str):
+        rt = plane.model(name)
+        status = "error"
+        try:
+            result = rt.infer(request_body())
+            status = "ok"
+            return jsonify(result)
+        finally:
+            plane.metrics.requests.labels(name, "vertex", status).inc()
+
+    @app.get("/metrics")
+    def metrics():
+        return Response(plane.metrics.render(), mimetype="text/plain; version=0.0.4")
+
+    @app.get("/v1/status")
+    def status():
+        window = {}
+        for key in ("window_start", "window_end"):
+            if key in request.args:
+                try:
+                    window[key] = float(request.args[key])
+                except ValueError:
+                    raise InvalidRequest(f"{key} must be a number (monotonic seconds)") from None
+        return jsonify(plane.status(window.get("window_start"), window.get("window_end")))
+
+    @app.after_request
+    def log_request(resp):
+        log.debug("%s %s %s", request.method, request.path, resp.status_code)
+        return resp
+
+    return app

@@ -1,0 +1,513 @@
+"""The gateway's protocol-neutral data plane (KServe style).
+
+HTTP endpoints (``gateway/app.py``) stay thin and call this. For each served
+model a :class:`ModelRuntime` holds the request path of DESIGN.md:
+
+parse -> k-hop vertex set from storage -> route to the buffer with the highest
+sharing degree -> wait (decision-tree timeout) -> buffer closes -> merge the
+buffer's computation graphs (each (vertex, layer) once) -> partition per layer
+-> memory functions Aggregate, compute functions Update, pipelined -> answer.
+
+``mode`` selects the policy: ``graph_sharing`` (the above), ``no_sharing``
+(buffers, but each request executed on its own) and ``request_centric``
+(AWSGNN: no buffers, each request straight to its own functions, no cache).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+
+import numpy as np
+from prometheus_client.core import GaugeMetricFamily
+
+from gnn_faas.clock import RealClock
+from gnn_faas.config import ModelServingConfig, ServingConfig
+from gnn_faas.errors import NotFound, Unavailable
+from gnn_faas.functions.checkpoint import load_config as load_model_config
+from gnn_faas.functions.layer_plan import ModelPlan
+from gnn_faas.gateway.buffer_pool import BufferConfig, ClosedBuffer, MultiBufferPool
+from gnn_faas.gateway.inference_request import (
+    InferenceRequest,
+    make_infer_response,
+    parse_infer_request,
+)
+from gnn_faas.gateway.load_aware_queue import FunctionPool
+from gnn_faas.gateway.metrics import GatewayMetrics
+from gnn_faas.gateway.timeout_configurator import load_configurator
+from gnn_faas.scheduler.merge import merge_computation_graphs
+from gnn_faas.scheduler.orchestrator import ClientCache, Orchestrator
+from gnn_faas.scheduler.platform import open_platform
+from gnn_faas.scheduler.platform.base import FunctionSpec
+from gnn_faas.storage.computation_graph import ComputationGraph
+from gnn_faas.storage.fetcher import FetchStats, KHopFetcher
+from gnn_faas.storage.format import open_graph
+
+log = logging.getLogger("gnn_faas.gateway")
+
+
+class MeteredPool:
+    """A :class:`FunctionPool` whose every call runs inside ``platform.busy``:
+    the platform meters busy GB-s and knows when an instance was last used."""
+
+    def __init__(self, pool: FunctionPool, platform):
+        self.pool = pool
+        self.platform = platform
+
+    def submit(self, fn) -> Future:
+        def run(inst):
+            with self.platform.busy(inst.id):
+                return fn(inst)
+
+        return self.pool.submit(run)
+
+    def __getattr__(self, name):
+        return getattr(self.pool, name)
+
+
+@dataclass
+class Pending:
+    """A request waiting in a buffer: what it needs and where its answer goes."""
+
+    request: InferenceRequest
+    cg: ComputationGraph
+    future: Future
+    arrival: float
+
+
+class ModelRuntime:
+    def __init__(
+        self,
+        serving: ServingConfig,
+        m: ModelServingConfig,
+        platform,
+        metrics: GatewayMetrics,
+        clock=None,
+    ):
+        self.serving = serving
+        self.m = m
+        self.name = m.name
+        self.metrics = metrics
+        self.clock = clock or RealClock()
+        self.graph = open_graph(serving.store, m.graph)
+        self.fetcher = KHopFetcher(self.graph)
+        self._fetch_lock = threading.Lock()
+        ckpt = serving.checkpoint_dir(m)
+        self.model_config = load_model_config(ckpt)
+        self.plan = ModelPlan.from_config(self.model_config)
+        self.fanouts = m.fanouts if m.fanouts is not None else self.model_config.fanouts
+        self.needs_degrees = any(s.needs_degrees for s in self.plan.steps)
+        p = serving.platform
+        cache_off = m.mode == "request_centric"
+        mem_args = ["--store", serving.store, "--graph", m.graph]
+        if cache_off:
+            mem_args += ["--cache-max-rows", "0"]
+        self.memory_spec = FunctionSpec(
+            name=f"{m.name}-memory",
+            kind="memory",
+            args=tuple(mem_args),
+            memory_mb=p.memory_function_mb,
+            vcpus=p.memory_vcpus,
+            keep_alive_s=p.keep_alive_s,
+        )
+        self.compute_spec = FunctionSpec(
+            name=f"{m.name}-compute",
+            kind="compute",
+            args=("--model", str(ckpt)),
+            memory_mb=p.compute_function_mb,
+            vcpus=p.compute_vcpus,
+            keep_alive_s=p.keep_alive_s,
+        )
+        self.platform = platform
+        policy = "request_centric" if cache_off else "load_aware"
+        self.memory_pool = FunctionPool(
+            self.memory_spec.name,
+            launch=lambda: platform.launch(self.memory_spec),
+            clock=self.clock,
+            max_instances=p.max_memory_instances,
+            min_instances=p.min_instances,
+            policy=policy,
+            on_failed=lambda inst: platform.stop(inst.id),
+        )
+        self.compute_pool = FunctionPool(
+            self.compute_spec.name,
+            launch=lambda: platform.launch(self.compute_spec),
+            clock=self.clock,
+            max_instances=p.max_compute_instances,
+            min_instances=p.min_instances,
+            policy=policy,
+            on_failed=lambda inst: platform.stop(inst.id),
+        )
+        runtime_bytes = p.runtime_mb * 2**20
+        self.orchestrator = Orchestrator(
+            self.plan,
+            MeteredPool(self.memory_pool, platform),
+            MeteredPool(self.compute_pool, platform),
+            budget_bytes=p.memory_function_mb * 2**20,
+            runtime_bytes=runtime_bytes,
+            clients=ClientCache(),
+        )
+        b = serving.buffers
+        self.buffer_config = BufferConfig(
+            num_buffers=b.num_buffers,
+            slo_s=m.slo_s,
+            gamma=b.gamma,
+            delta=b.delta,
+            tau_s=b.tau_fraction * m.slo_s,
+            max_steps=b.max_steps,
+            alpha=b.alpha,
+            beta=b.beta,
+            max_requests_per_buffer=b.max_requests_per_buffer,
+            exec_estimate_s=b.exec_estimate_s,
+            global_opt=b.global_opt,
+        )
+        self.buffers: MultiBufferPool | None = None
+        if m.mode != "request_centric":
+            configurator = load_configurator(b.tree, graph=m.graph, config=self.buffer_config)
+            self.buffers = MultiBufferPool(
+                self.buffer_config,
+                self.graph.num_nodes,
+                self.clock,
+                configurator,
+                on_close=self._on_close,
+            )
+        # closed buffers run here; single requests (no_sharing, request_centric) on
+        # request_executor, sized for the gateway's concurrent requests
+        self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"{m.name}-exec")
+        self.request_executor = ThreadPoolExecutor(
+            max_workers=serving.gateway.threads, thread_name_prefix=f"{m.name}-req"
+        )
+        self.totals = {"requests": 0, "aggregated_rows": 0, "slo_violations": 0}
+        self._totals_lock = threading.Lock()
+
+    # -- lifecycle -------------------------------------------------------------
+    def start(self) -> None:
+        self.memory_pool.start()
+        self.compute_pool.start()
+        if self.buffers is not None:
+            self.buffers.start()
+
+    def stop(self) -> None:
+        if self.buffers is not None:
+            self.buffers.stop()  # flushes: every waiting request is executed
+        self.executor.shutdown(wait=True, cancel_futures=False)
+        self.request_executor.shutdown(wait=True, cancel_futures=False)
+        self.memory_pool.stop()
+        self.compute_pool.stop()
+
+    def ready(self) -> bool:
+        """True only when a request could be served now: a warm memory and a warm
+        compute instance (with ``min_instances = 0``: capacity to launch them)."""
+        pools = (self.memory_pool, self.compute_pool)
+        if self.serving.platform.min_instances == 0:
+            return all(p.has_ready_instance() for p in pools)
+        return all(p.instances() for p in pools)
+
+    def expire_idle(self) -> list[str]:
+        """Keep-alive: stop instances idle longer than ``keep_alive_s`` (scale to
+        zero). The pool lets go of an instance first, so no work is routed to it
+        while it stops."""
+        stopped = []
+        now = self.clock.now()
+        for pool, spec in (
+            (self.memory_pool, self.memory_spec),
+            (self.compute_pool, self.compute_spec),
+        ):
+            for inst, since in pool.idle_instances():
+                if now - since > spec.keep_alive_s and pool.remove(inst):
+                    self.platform.stop(inst.id)
+                    stopped.append(inst.id)
+        return stopped
+
+    # -- metadata ----------------------------------------------------------------
+    def metadata(self) -> dict:
+        cfg = self.model_config
+        return {
+            "name": self.name,
+            "versions": ["1"],
+            "platform": "gnn-faas",
+            "inputs": [
+                {"name": "targets", "datatype": "INT64", "shape": [-1]},
+                {"name": "pairs", "datatype": "INT64", "shape": [-1, 2]},
+                {"name": "vertices", "datatype": "INT64", "shape": [-1]},
+                {"name": "graph_ids", "datatype": "INT64", "shape": [-1]},
+            ],
+            "outputs": [
+                {"name": "scores", "datatype": "FP32", "shape": [-1, cfg.out_dim]},
+                {"name": "predictions", "datatype": "INT64", "shape": [-1]},
+            ],
+            "parameters": {
+                "graph": self.m.graph,
+                "num_nodes": self.graph.num_nodes,
+                "arch": cfg.arch,
+                "num_layers": cfg.num_layers,
+                "slo_s": self.m.slo_s,
+                "mode": self.m.mode,
+            },
+        }
+
+    # -- request path --------------------------------------------------------------
+    def infer(self, body: bytes | dict) -> dict:
+        t0 = time.perf_counter()
+        arrival = self.clock.now()
+        m = self.metrics
+        with m.stage(self.name, "parse"):
+            req = parse_infer_request(
+                self.name, body, self.graph.num_nodes, max_targets=self.m.max_targets
+            )
+        with m.stage(self.name, "khop"):
+            stats = FetchStats()
+            with self._fetch_lock:
+                cg = self.fetcher.fetch(
+                    req.targets,
+                    self.plan.config.num_layers,
+                    fanouts=self.fanouts,
+                    stats=stats,
+                    degrees=self.needs_degrees,
+                )
+            m.bytes_fetched.labels(self.name).inc(stats.reads.bytes_read)
+        pending = Pending(req, cg, Future(), t0)
+        pending.future.set_running_or_notify_cancel()
+        if self.buffers is None:
+            self._run_separately([pending], None)
+        else:
+            # clients choose OIP ids and may repeat them: the pool gets its own key
+            self.buffers.submit(uuid.uuid4().hex, np.sort(cg.nodes), payload=pending)
+        try:
+            outputs, info = pending.future.result(timeout=self.serving.gateway.request_timeout_s)
+        except FutureTimeout:
+            raise Unavailable(
+                f"model {self.name!r}: no answer within {self.serving.gateway.request_timeout_s} s"
+            ) from None
+        latency = time.perf_counter() - t0
+        m.request_seconds.labels(self.name).observe(latency)
+        late = latency > self.m.slo_s
+        if late:
+            m.slo_violations.labels(self.name).inc()
+        with self._totals_lock:
+            self.totals["requests"] += 1
+            self.totals["slo_violations"] += int(late)
+        info = {**info, "latency_ms": latency * 1e3, "arrival_s": arrival}
+        return make_infer_response(self.name, req.id, outputs, parameters=info)
+
+    def _on_close(self, closed: ClosedBuffer) -> None:
+        self.metrics.buffers_closed.labels(self.name, closed.reason).inc()
+        self.metrics.sharing_degree.labels(self.name).observe(closed.sharing_degree)
+        pendings = [r.payload for r in closed.requests]
+        info = {
+            "buffer_id": closed.buffer_id,
+            "buffer_requests": len(pendings),
+            "sharing_degree": closed.sharing_degree,
+        }
+        if self.m.mode == "graph_sharing":
+            self.executor.submit(self._run_merged, pendings, info)
+        else:
+            self.executor.submit(self._run_separately, pendings, info)
+
+    def _finish(self, pending: Pending, h: np.ndarray, rows: np.ndarray, info: dict) -> None:
+        try:
+            outputs = self._heads(pending.request, h, rows)
+            wait = info.get("closed_at", time.perf_counter()) - pending.arrival
+            pending.future.set_result((outputs, {**info, "buffer_wait_ms": max(wait, 0) * 1e3}))
+        except BaseException as exc:  # noqa: BLE001 - delivered to the waiting request
+            pending.future.set_exception(exc)
+
+    def _run_merged(self, pendings: list[Pending], info: dict) -> None:
+        closed_at = time.perf_counter()
+        try:
+            with self.metrics.stage(self.name, "merge"):
+                merged = merge_computation_graphs([p.cg for p in pendings])
+            with self.metrics.stage(self.name, "execute"):
+                h, stats = self.orchestrator.run(merged.graph)
+        except BaseException as exc:  # noqa: BLE001
+            for p in pendings:
+                p.future.set_exception(exc)
+            return
+        self._count_rows(stats.aggregated_rows)
+        info = {
+            **info,
+            "execution": uuid.uuid4().hex,
+            "closed_at": closed_at,
+            "aggregated_rows": stats.aggregated_rows,
+            "separate_rows": merged.separate_rows,
+            "partitions": stats.partitions,
+        }
+        for p, rows in zip(pendings, merged.request_rows):
+            self._finish(p, h, rows, info)
+
+    def _run_separately(self, pendings: list[Pending], info: dict | None) -> None:
+        """Each request on its own (no_sharing, request_centric). The runs go to
+        their own executor: waiting on them from this one could deadlock it."""
+        closed_at = time.perf_counter()
+        for p in pendings:
+            self.request_executor.submit(self._run_one, p, dict(info or {}), closed_at)
+
+    def _run_one(self, p: Pending, info: dict, closed_at: float) -> None:
+        try:
+            with self.metrics.stage(self.name, "execute"):
+                h, stats = self.orchestrator.run(p.cg)
+        except BaseException as exc:  # noqa: BLE001 - delivered to the waiting request
+            p.future.set_exception(exc)
+            return
+        self._count_rows(stats.aggregated_rows)
+        info = {
+            **info,
+            "execution": uuid.uuid4().hex,
+            "closed_at": closed_at,
+            "aggregated_rows": stats.aggregated_rows,
+        }
+        self._finish(p, h, p.cg.target_index, info)
+
+    def _count_rows(self, rows: int) -> None:
+        self.metrics.aggregated_rows.labels(self.name).inc(rows)
+        with self._totals_lock:
+            self.totals["aggregated_rows"] += rows
+
+    def _heads(self, req: InferenceRequest, h: np.ndarray, rows: np.ndarray) -> dict:
+        """Outputs for one request from the rows of its unique targets.
+
+        ``rows[i]`` is the row of the request's i-th unique target (``req.targets``
+        order). Vertex requests get scores per requested vertex; edge requests a
+        score per pair; graph requests one readout per graph id.
+        """
+        emb = h[rows]
+        order = np.searchsorted(req.targets, req.vertices)
+        if req.kind == "vertex":
+            scores = emb[order]
+            return {"scores": scores, "predictions": scores.argmax(axis=1)}
+        if req.kind == "edge":
+            u = emb[np.searchsorted(req.targets, req.pairs[:, 0])]
+            v = emb[np.searchsorted(req.targets, req.pairs[:, 1])]
+            return {"scores": self.orchestrator.head("edge", h_u=u, h_v=v)}
+        readout = self.orchestrator.head("graph", h=emb[order], segments=req.graph_ids)
+        return {"readout": readout}
+
+    # -- status ------------------------------------------------------------------
+    def status(self) -> dict:
+        return {
+            "model": self.name,
+            "graph": self.m.graph,
+            "mode": self.m.mode,
+            "ready": self.ready(),
+            "totals": dict(self.totals),
+            "buffers": self.buffers.snapshot() if self.buffers is not None else [],
+            "buffer_stats": self.buffers.stats if self.buffers is not None else {},
+            "memory_pool": {**self.memory_pool.snapshot(), "stats": self.memory_pool.stats},
+            "compute_pool": {**self.compute_pool.snapshot(), "stats": self.compute_pool.stats},
+            "gateway_fetch": self.fetcher.stats.as_dict(),
+            "caches": self._cache_stats(),
+        }
+
+    def _cache_stats(self) -> list[dict]:
+        """Each warm memory instance's own figures (cache hit rate, bytes read)."""
+        out = []
+        for inst in self.memory_pool.instances():
+            try:
+                st = self.orchestrator.clients.memory(inst.url).stats()
+            except Exception as exc:  # an instance going away must not break status
+                out.append({"instance": inst.id, "error": str(exc)})
+                continue
+            out.append(
+                {"instance": inst.id, **st.get("cache", {}), "bytes_read": st.get("bytes_read")}
+            )
+        return out
+
+
+class DataPlane:
+    """Every served model, the platform they run on, and the gateway's metrics."""
+
+    def __init__(self, serving: ServingConfig, platform=None, clock=None):
+        self.serving = serving
+        self.clock = clock or RealClock()
+        self.metrics = GatewayMetrics()
+        # the data plane scales in (keep-alive), so the platform's own reaper is off
+        self.platform = platform or open_platform(serving.platform.kind, reaper_interval_s=None)
+        self.models: dict[str, ModelRuntime] = {}
+        for m in serving.models:
+            self.models[m.name] = ModelRuntime(serving, m, self.platform, self.metrics, self.clock)
+        self.metrics.add_collector(self._gauges)
+        self.started_at = time.time()
+
+    def start(self) -> None:
+        for rt in self.models.values():
+            rt.start()
+        self._stop_keepalive = threading.Event()
+        self._keepalive = threading.Thread(target=self._keepalive_loop, daemon=True)
+        self._keepalive.start()
+
+    def _keepalive_loop(self) -> None:
+        while not self._stop_keepalive.wait(1.0):
+            for rt in self.models.values():
+                try:
+                    rt.expire_idle()
+                except Exception:  # keep-alive must outlive one bad round
+                    log.exception("keep-alive round failed for %s", rt.name)
+
+    def shutdown(self) -> None:
+        if getattr(self, "_stop_keepalive", None) is not None:
+            self._stop_keepalive.set()
+        for rt in self.models.values():
+            rt.stop()
+        self.platform.shutdown()
+
+    def live(self) -> bool:
+        return True
+
+    def ready(self) -> bool:
+        return all(rt.ready() for rt in self.models.values())
+
+    def model(self, name: str) -> ModelRuntime:
+        try:
+            return self.models[name]
+        except KeyError:
+            raise NotFound(
+                f"unknown model {name!r}; served: {', '.join(sorted(self.models))}"
+            ) from None
+
+    def status(self, start: float | None = None, end: float | None = None) -> dict:
+        """Everything ``gnn-faas status`` shows; metering over ``[start, end]``
+        (monotonic seconds, as the platform's clock) when given."""
+        metering = self.platform.metering(start, end)
+        return {
+            "uptime_s": time.time() - self.started_at,
+            "ready": self.ready(),
+            "models": [rt.status() for rt in self.models.values()],
+            "instances": [i.as_dict() for i in self.platform.instances()],
+            "metering": metering.as_dict(),
+        }
+
+    def _gauges(self):
+        inst = GaugeMetricFamily(
+            "gnn_faas_instances", "Function instances by state", labels=["function", "state"]
+        )
+        counts: dict[tuple[str, str], int] = {}
+        for i in self.platform.instances():
+            key = (i.spec.name, i.state)
+            counts[key] = counts.get(key, 0) + 1
+        for (fn, state), n in counts.items():
+            inst.add_metric([fn, state], n)
+        yield inst
+        queue = GaugeMetricFamily(
+            "gnn_faas_queue_length", "Work items queued per function", labels=["function"]
+        )
+        for rt in self.models.values():
+            for pool in (rt.memory_pool, rt.compute_pool):
+                snap = pool.snapshot()
+                queue.add_metric([pool.name], sum(q for q in snap.get("queues", {}).values()))
+        yield queue
+        report = self.platform.metering()
+        for key, help_text in (
+            ("allocated_gb_s", "Allocated memory x alive time"),
+            ("busy_gb_s", "Allocated memory x busy time"),
+            ("vcpu_s", "vCPUs x alive time"),
+            ("cold_starts", "Cold starts"),
+        ):
+            g = GaugeMetricFamily(f"gnn_faas_{key}", help_text, labels=["function"])
+            for fn, row in report.by_function().items():
+                g.add_metric([fn], float(row[key]))
+            yield g

@@ -1,0 +1,146 @@
+"""Flask glue shared by every gnn-faas HTTP app (functions and gateway).
+
+:func:`install` gives an app the project's HTTP conventions:
+
+- a :class:`~gnn_faas.errors.GnnFaasError` becomes ``{"error": message}`` with
+  the exception's ``http_status``; 404/405/413 and every other HTTP error are
+  JSON too, and an unexpected exception is a logged 500 ``{"error": ...}``
+  (never an HTML page or a traceback on the wire), so one bad request never
+  stops an instance from serving the next;
+- ``MAX_CONTENT_LENGTH`` bounds request bodies (413 beyond it);
+- a timing hook measures every request (``Server-Timing`` header and the
+  :class:`RequestTimer` figures under ``app.extensions["gnn_faas_timer"]``).
+
+Helpers read frames and JSON bodies and build frame responses.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from flask import Flask, Response, g, jsonify, request
+from werkzeug.exceptions import HTTPException
+
+from gnn_faas.errors import GnnFaasError, InvalidRequest
+from gnn_faas.functions.wire import (
+    DEFAULT_MAX_BYTES,
+    FRAME_MIME,
+    decode_frame,
+    decode_json,
+    encode_frame,
+)
+
+log = logging.getLogger("gnn_faas.http")
+
+
+class RequestTimer:
+    """Counts requests and the seconds spent serving them (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests = 0
+        self.errors = 0
+        self.seconds = 0.0
+
+    def record(self, seconds: float, status: int) -> None:
+        with self._lock:
+            self.requests += 1
+            self.seconds += seconds
+            if status >= 400:
+                self.errors += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        with self._lock:
+            return {"requests": self.requests, "errors": self.errors, "seconds": self.seconds}
+
+
+def error_response(message: str, status: int) -> Response:
+    resp = jsonify({"error": message})
+    resp.status_code = status
+    return resp
+
+
+def install(app: Flask, max_content_length: int = DEFAULT_MAX_BYTES) -> Flask:
+    """Add JSON error handlers, the body size limit and the request timer to ``app``."""
+    app.config["MAX_CONTENT_LENGTH"] = int(max_content_length)
+    app.json.sort_keys = False
+    timer = RequestTimer()
+    app.extensions["gnn_faas_timer"] = timer
+
+    @app.errorhandler(GnnFaasError)
+    def _gnn_faas_error(exc: GnnFaasError):
+        return error_response(str(exc) or type(exc).__name__, exc.http_status)
+
+    @app.errorhandler(HTTPException)
+    def _http_error(exc: HTTPException):
+        if exc.code == 413:
+            msg = f"request body exceeds the limit of {app.config['MAX_CONTENT_LENGTH']} bytes"
+        else:
+            msg = exc.description or exc.name
+        return error_response(msg, exc.code or 500)
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception):
+        if isinstance(exc, HTTPException):  # pragma: no cover - handled above
+            return _http_error(exc)
+        log.exception("unhandled error serving %s %s", request.method, request.path)
+        return error_response(f"internal error ({type(exc).__name__}: {exc})", 500)
+
+    @app.before_request
+    def _start_timer():
+        g.gnn_faas_t0 = time.perf_counter()
+
+    @app.after_request
+    def _stop_timer(resp: Response):
+        t0 = getattr(g, "gnn_faas_t0", None)
+        if t0 is not None:
+            dt = time.perf_counter() - t0
+            timer.record(dt, resp.status_code)
+            resp.headers["Server-Timing"] = f"app;dur={dt * 1e3:.3f}"
+        return resp
+
+    return app
+
+
+def request_body() -> bytes:
+    """The raw request body (413 beyond ``MAX_CONTENT_LENGTH``, via werkzeug)."""
+    return request.get_data(cache=False)
+
+
+def read_frame() -> tuple[dict, dict]:
+    """The request's frame as ``(tensors, params)``; a JSON object body is taken as
+    params only (``{}`` tensors) so small calls can skip the binary format."""
+    body = request_body()
+    limit = _limit()
+    if _is_json():
+        return {}, decode_json(body, limit)
+    return decode_frame(body, max_bytes=limit)
+
+
+def read_json() -> dict[str, Any]:
+    """The request's JSON object body."""
+    body = request_body()
+    if request.mimetype == FRAME_MIME:
+        raise InvalidRequest(f"this endpoint takes a JSON body, not {FRAME_MIME}")
+    return decode_json(body, _limit())
+
+
+def frame_response(tensors: dict, params: dict | None = None, status: int = 200) -> Response:
+    return Response(encode_frame(tensors, params), status=status, mimetype=FRAME_MIME)
+
+
+def encoded_frame_response(body: bytes, status: int = 200) -> Response:
+    return Response(body, status=status, mimetype=FRAME_MIME)
+
+
+def _is_json() -> bool:
+    return request.mimetype == "application/json" or request.mimetype.endswith("+json")
+
+
+def _limit() -> int:
+    from flask import current_app
+
+    return int(current_app.config.get("MAX_CONTENT_LENGTH") or DEFAULT_MAX_BYTES)

@@ -1,0 +1,237 @@
+"""End to end over real HTTP: ``gnn-faas up`` with real function processes.
+
+The stack serves a GCN on the real Bitcoin OTC graph; the reference is the same
+checkpoint run in-process by PyG on the whole graph. A burst of overlapping
+requests must come back equal to the reference (graph sharing changes how the
+work is done, never the answer); bad requests get 4xx JSON and the gateway keeps
+serving; a memory function killed mid-burst loses no request.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import psutil
+import pytest
+import requests
+import torch
+
+from gnn_faas.bench.stack import Stack
+from gnn_faas.functions.checkpoint import save_checkpoint
+from gnn_faas.functions.model_config import ModelConfig
+from gnn_faas.functions.pyg_models import build_model, csr_edge_index
+from gnn_faas.storage.datasets import ensure_dataset
+from gnn_faas.traces.replay import vertex_request
+
+pytestmark = pytest.mark.slow
+RTOL, ATOL = 1e-4, 1e-5
+MODEL = "btc"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    store = f"file://{root / 'store'}"
+    graph = ensure_dataset(store, "bitcoin-otc")
+    cfg = ModelConfig(
+        arch="gcn",
+        in_dim=graph.manifest.feature_dim,
+        hidden_dim=32,
+        out_dim=2,
+        num_layers=2,
+        num_classes=2,
+        graph="bitcoin-otc",
+    )
+    model = build_model(cfg, seed=7).eval()
+    save_checkpoint(root / "ckpt", cfg, model.state_dict())
+    ei = csr_edge_index(graph.read_blob("indptr"), graph.read_blob("indices"))
+    x = torch.from_numpy(np.array(graph.read_blob("features"), dtype=np.float32))
+    with torch.no_grad():
+        reference = model(x, ei).numpy()
+    config = {
+        "store": store,
+        "platform": {
+            "memory_function_mb": 256,
+            "compute_function_mb": 512,
+            "max_memory_instances": 2,
+            "max_compute_instances": 2,
+        },
+        "models": [
+            {
+                "name": MODEL,
+                "graph": "bitcoin-otc",
+                "dataset": "bitcoin-otc",
+                "checkpoint": str(root / "ckpt"),
+                "max_targets": 64,
+            }
+        ],
+    }
+    with Stack(config, ready_timeout_s=120) as stack:
+        yield stack, reference, graph
+
+
+def infer(url: str, body, model: str = MODEL, timeout: float = 60.0) -> requests.Response:
+    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    return requests.post(
+        f"{url}/v2/models/{model}/infer",
+        data=data,
+        headers={"Content-Type": "application/json"},
+        timeout=timeout,
+    )
+
+
+def output(resp: requests.Response, name: str) -> np.ndarray:
+    for o in resp.json()["outputs"]:
+        if o["name"] == name:
+            return np.asarray(o["data"], dtype=np.float64).reshape(o["shape"])
+    raise KeyError(name)
+
+
+def burst(url: str, batches: list[list[int]]) -> list[requests.Response]:
+    with ThreadPoolExecutor(max_workers=len(batches)) as pool:
+        return list(pool.map(lambda t: infer(url, vertex_request(t)), batches))
+
+
+def test_burst_of_overlapping_requests_equals_pyg(served):
+    stack, reference, graph = served
+    order = graph.read_blob("request_order")
+    # consecutive users of the real request order, in pairs: neighbourhoods overlap
+    batches = [order[i : i + 2].tolist() for i in range(0, 48, 2)]
+    batches[3] = batches[3] + batches[3][:1]  # a repeated vertex comes back twice
+    responses = burst(stack.url, batches)
+    for targets, resp in zip(batches, responses):
+        assert resp.status_code == 200, resp.text
+        np.testing.assert_allclose(output(resp, "scores"), reference[targets], RTOL, ATOL)
+        assert output(resp, "predictions").tolist() == reference[targets].argmax(1).tolist()
+    params = [r.json()["parameters"] for r in responses]
+    # the burst was batched: some buffer served several requests and shared work
+    shared = [p for p in params if p["buffer_requests"] > 1]
+    assert shared, "no buffer held more than one request"
+    assert all(p["aggregated_rows"] < p["separate_rows"] for p in shared if p["sharing_degree"] > 0)
+    assert max(p["sharing_degree"] for p in params) > 0
+
+
+def test_edge_and_graph_requests(served):
+    stack, reference, _ = served
+    pairs = [[1, 2], [5, 9], [2, 1]]
+    resp = infer(
+        stack.url,
+        {"inputs": [{"name": "pairs", "datatype": "INT64", "shape": [3, 2], "data": pairs}]},
+    )
+    assert resp.status_code == 200, resp.text
+    p = np.asarray(pairs)
+    expect = 1 / (1 + np.exp(-(reference[p[:, 0]] * reference[p[:, 1]]).sum(1)))
+    np.testing.assert_allclose(output(resp, "scores").reshape(-1), expect, RTOL, ATOL)
+
+    vertices, graph_ids = [3, 4, 10, 11, 12], [0, 0, 1, 1, 1]
+    resp = infer(
+        stack.url,
+        {
+            "inputs": [
+                {"name": "vertices", "datatype": "INT64", "shape": [5], "data": vertices},
+                {"name": "graph_ids", "datatype": "INT64", "shape": [5], "data": graph_ids},
+            ]
+        },
+    )
+    assert resp.status_code == 200, resp.text
+    expect = np.stack([reference[[3, 4]].mean(0), reference[[10, 11, 12]].mean(0)])
+    np.testing.assert_allclose(output(resp, "readout"), expect, RTOL, ATOL)
+
+
+@pytest.mark.parametrize(
+    ("model", "body", "status"),
+    [
+        ("nope", vertex_request([1]), 404),
+        (MODEL, b"{not json", 400),
+        (
+            MODEL,
+            {"inputs": [{"name": "targets", "datatype": "FP32", "shape": [1], "data": [1.5]}]},
+            400,
+        ),
+        (
+            MODEL,
+            {"inputs": [{"name": "targets", "datatype": "INT64", "shape": [1], "data": ["a"]}]},
+            400,
+        ),
+        (MODEL, vertex_request([1, 10**9]), 400),
+        (MODEL, vertex_request([-1]), 400),
+        (
+            MODEL,
+            {"inputs": [{"name": "targets", "datatype": "INT64", "shape": [0], "data": []}]},
+            400,
+        ),
+        (MODEL, vertex_request(list(range(100))), 413),
+        (MODEL, {"inputs": []}, 400),
+    ],
+)
+def test_bad_requests_get_json_4xx_and_the_gateway_keeps_serving(served, model, body, status):
+    stack, reference, _ = served
+    resp = infer(stack.url, body, model=model)
+    assert resp.status_code == status, resp.text
+    assert isinstance(resp.json()["error"], str) and resp.json()["error"]
+    good = infer(stack.url, vertex_request([7]))
+    assert good.status_code == 200
+    np.testing.assert_allclose(output(good, "scores"), reference[[7]], RTOL, ATOL)
+
+
+def test_health_metadata_and_metrics(served):
+    stack, _, graph = served
+    assert requests.get(f"{stack.url}/v2/health/live", timeout=5).json() == {"live": True}
+    assert requests.get(f"{stack.url}/v2/health/ready", timeout=5).status_code == 200
+    assert requests.get(f"{stack.url}/v2/models/{MODEL}/ready", timeout=5).status_code == 200
+    meta = requests.get(f"{stack.url}/v2/models/{MODEL}", timeout=5).json()
+    assert meta["name"] == MODEL and meta["parameters"]["num_nodes"] == graph.num_nodes
+    names = [m["name"] for m in requests.get(f"{stack.url}/v2/models", timeout=5).json()["models"]]
+    assert names == [MODEL]
+    infer(stack.url, vertex_request([1]))
+    text = requests.get(f"{stack.url}/metrics", timeout=5).text
+    for series in (
+        "gnn_faas_requests_total",
+        "gnn_faas_request_seconds_bucket",
+        "gnn_faas_stage_seconds_bucket",
+        "gnn_faas_buffer_sharing_degree_bucket",
+        "gnn_faas_instances",
+        "gnn_faas_allocated_gb_s",
+    ):
+        assert series in text, series
+    status = stack.status()
+    model = status["models"][0]
+    assert model["totals"]["requests"] >= 1
+    assert model["caches"] and "hit_rate" in model["caches"][0]
+    assert status["metering"]["total"]["cold_starts"] >= 2
+
+
+def test_memory_instance_killed_mid_burst_loses_no_request(served):
+    stack, reference, graph = served
+    memory = [i for i in stack.status()["instances"] if i["spec"]["kind"] == "memory"]
+    victim = memory[0]["pid"]
+    order = graph.read_blob("request_order")
+    batches = [order[i : i + 3].tolist() for i in range(100, 100 + 3 * 16, 3)]
+
+    def kill_soon():
+        # the instance is a gunicorn master and its worker: kill both, as an OOM kill would
+        time.sleep(0.05)
+        proc = psutil.Process(victim)
+        for p in [*proc.children(recursive=True), proc]:
+            p.send_signal(signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_soon)
+    killer.start()
+    responses = burst(stack.url, batches)
+    killer.join()
+    for targets, resp in zip(batches, responses):
+        assert resp.status_code == 200, resp.text
+        np.testing.assert_allclose(output(resp, "scores"), reference[targets], RTOL, ATOL)
+    pool = stack.status()["models"][0]["memory_pool"]
+    assert pool["stats"]["instance_failures"] >= 1  # the kill was seen...
+    assert pool["stats"]["retries"] >= 1  # ...and the work it held was retried elsewhere
+    assert victim not in [i["pid"] for i in stack.status()["instances"]]
+    # later requests are served by the remaining or a relaunched instance
+    again = infer(stack.url, vertex_request([11, 12]))
+    assert again.status_code == 200
+    np.testing.assert_allclose(output(again, "scores"), reference[[11, 12]], RTOL, ATOL)
