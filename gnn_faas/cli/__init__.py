@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "gnn_faas.cli.timeouts",
     "gnn_faas.cli.up",
     "gnn_faas.cli.demo",
+    "gnn_faas.cli.size",
 ]
 
 

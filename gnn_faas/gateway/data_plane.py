@@ -209,17 +209,18 @@ class ModelRuntime:
         return all(p.instances() for p in pools)
 
     def expire_idle(self) -> list[str]:
-        """Keep-alive: stop instances idle longer than ``keep_alive_s`` (scale to
-        zero). The pool lets go of an instance first, so no work is routed to it
-        while it stops."""
+        """Keep-alive and health sweep (every second): let go of instances whose
+        process died (the platform saw it exit) and stop instances idle longer
+        than ``keep_alive_s`` (scale to zero). The pool drops an instance first,
+        so no work is routed to it while it stops."""
         stopped = []
         now = self.clock.now()
-        for pool, spec in (
-            (self.memory_pool, self.memory_spec),
-            (self.compute_pool, self.compute_spec),
-        ):
+        dead = {i.id for i in self.platform.instances() if i.state == "failed"}
+        pools = ((self.memory_pool, self.memory_spec), (self.compute_pool, self.compute_spec))
+        for pool, spec in pools:
             for inst, since in pool.idle_instances():
-                if now - since > spec.keep_alive_s and pool.remove(inst):
+                expired = now - since > spec.keep_alive_s
+                if (inst.id in dead or expired) and pool.remove(inst):
                     self.platform.stop(inst.id)
                     stopped.append(inst.id)
         return stopped

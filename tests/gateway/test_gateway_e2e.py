@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import signal
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -206,32 +205,42 @@ def test_health_metadata_and_metrics(served):
     assert status["metering"]["total"]["cold_starts"] >= 2
 
 
-def test_memory_instance_killed_mid_burst_loses_no_request(served):
+def test_memory_instances_killed_mid_burst_lose_no_request(served):
     stack, reference, graph = served
-    memory = [i for i in stack.status()["instances"] if i["spec"]["kind"] == "memory"]
-    victim = memory[0]["pid"]
+    before = stack.status()
+    memory = [i for i in before["instances"] if i["spec"]["kind"] == "memory"]
+    assert all(i["state"] in ("ready", "busy") for i in memory), memory
+    victims = [i["pid"] for i in memory]
+    launches = before["models"][0]["memory_pool"]["stats"]["launches"]
     order = graph.read_blob("request_order")
     batches = [order[i : i + 3].tolist() for i in range(100, 100 + 3 * 16, 3)]
 
-    def kill_soon():
-        # the instance is a gunicorn master and its worker: kill both, as an OOM kill would
-        time.sleep(0.05)
-        proc = psutil.Process(victim)
+    # kill every memory instance (gunicorn master and worker, as an OOM kill would)
+    # right before the burst: the pool still believes them warm, so the burst's work
+    # meets dead instances (a refused call, or the health sweep dropping them first)
+    for pid in victims:
+        proc = psutil.Process(pid)
         for p in [*proc.children(recursive=True), proc]:
             p.send_signal(signal.SIGKILL)
-
-    killer = threading.Thread(target=kill_soon)
-    killer.start()
     responses = burst(stack.url, batches)
-    killer.join()
     for targets, resp in zip(batches, responses):
         assert resp.status_code == 200, resp.text
         np.testing.assert_allclose(output(resp, "scores"), reference[targets], RTOL, ATOL)
-    pool = stack.status()["models"][0]["memory_pool"]
-    assert pool["stats"]["instance_failures"] >= 1  # the kill was seen...
-    assert pool["stats"]["retries"] >= 1  # ...and the work it held was retried elsewhere
-    assert victim not in [i["pid"] for i in stack.status()["instances"]]
-    # later requests are served by the remaining or a relaunched instance
+    # whether a call hit a dead instance first (then retried) or the health sweep
+    # dropped it first, the work ran on freshly launched instances
+    after = stack.status()
+    assert after["models"][0]["memory_pool"]["stats"]["launches"] > launches, (
+        before["instances"],
+        after["instances"],
+        after["models"][0]["memory_pool"],
+    )
+    # the health sweep lets go of every killed instance, used or not, within a few seconds
+    for _ in range(50):
+        memory = [i for i in stack.status()["instances"] if i["spec"]["kind"] == "memory"]
+        if not {i["pid"] for i in memory} & set(victims):
+            break
+        time.sleep(0.1)
+    assert memory and not {i["pid"] for i in memory} & set(victims)
     again = infer(stack.url, vertex_request([11, 12]))
     assert again.status_code == 200
     np.testing.assert_allclose(output(again, "scores"), reference[[11, 12]], RTOL, ATOL)
