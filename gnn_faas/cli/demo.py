@@ -56,8 +56,13 @@ def _demo(args: argparse.Namespace) -> int:
         result = replay(stack.url, m.name, times, targets)
         w1 = time.monotonic()
         status = stack.status(window_start=w0, window_end=w1)
+        startup = stack.status()["metering"]["total"]
         say("shutting down")
     summary = summarise(result, m.slo_s, status["metering"]["total"])
+    summary["startup_cold_starts"] = int(startup["cold_starts"])
+    summary["startup_cold_start_s_mean"] = startup["cold_start_s_total"] / max(
+        startup["cold_starts"], 1
+    )
     caches = [c for mdl in status["models"] for c in mdl.get("caches", [])]
     if caches:
         summary["cache_hit_rate"] = float(np.mean([c.get("hit_rate", 0.0) for c in caches]))
@@ -72,7 +77,9 @@ def _demo(args: argparse.Namespace) -> int:
             f"aggregated rows/request {summary['aggregated_rows_per_request']:.1f}\n"
             f"GB-s/request {summary['gb_s_per_request']:.4f}  "
             f"vCPU-s/request {summary['vcpu_s_per_request']:.4f}  "
-            f"cold starts {summary['cold_starts']}"
+            f"cold starts during the stream {summary['cold_starts']} "
+            f"(at start-up {summary['startup_cold_starts']}, "
+            f"{summary['startup_cold_start_s_mean']:.2f} s each)"
             + (f"  cache hit rate {summary['cache_hit_rate']:.3f}" if caches else "")
         )
     for msg in result.error_messages[:3]:
