@@ -125,24 +125,20 @@ class ModelRuntime:
         )
         self.platform = platform
         policy = "request_centric" if cache_off else "load_aware"
-        self.memory_pool = FunctionPool(
-            self.memory_spec.name,
-            launch=lambda: platform.launch(self.memory_spec),
-            clock=self.clock,
-            max_instances=p.max_memory_instances,
-            min_instances=p.min_instances,
-            policy=policy,
-            on_failed=lambda inst: platform.stop(inst.id),
-        )
-        self.compute_pool = FunctionPool(
-            self.compute_spec.name,
-            launch=lambda: platform.launch(self.compute_spec),
-            clock=self.clock,
-            max_instances=p.max_compute_instances,
-            min_instances=p.min_instances,
-            policy=policy,
-            on_failed=lambda inst: platform.stop(inst.id),
-        )
+
+        def pool(spec: FunctionSpec, max_instances: int) -> FunctionPool:
+            return FunctionPool(
+                spec.name,
+                launch=lambda: platform.launch(spec),
+                clock=self.clock,
+                max_instances=max_instances,
+                min_instances=p.min_instances,
+                policy=policy,
+                on_failed=lambda inst: platform.stop(inst.id),
+            )
+
+        self.memory_pool = pool(self.memory_spec, p.max_memory_instances)
+        self.compute_pool = pool(self.compute_spec, p.max_compute_instances)
         runtime_bytes = p.runtime_mb * 2**20
         self.orchestrator = Orchestrator(
             self.plan,
