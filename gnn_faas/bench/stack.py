@@ -58,14 +58,17 @@ class Stack:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise Unavailable(f"gateway exited during start-up:\n{self.log_tail()}")
-            try:
-                if requests.get(f"{self.url}/v2/health/ready", timeout=2).status_code == 200:
-                    return self
-            except requests.RequestException:
-                pass
+            if self._ready():
+                return self
             time.sleep(0.2)
         self.__exit__(None, None, None)
         raise Unavailable(f"gateway not ready in {self.ready_timeout_s} s:\n{self.log_tail()}")
+
+    def _ready(self) -> bool:
+        try:
+            return requests.get(f"{self.url}/v2/health/ready", timeout=2).status_code == 200
+        except requests.RequestException:  # not listening yet
+            return False
 
     def status(self, **params) -> dict:
         return requests.get(f"{self.url}/v1/status", params=params, timeout=30).json()
