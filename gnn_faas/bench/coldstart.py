@@ -78,12 +78,10 @@ def cold_start(argv: list[str], port: int, timeout: float) -> dict[str, float]:
     import subprocess
     import time
 
-    import requests
-
     from gnn_faas.errors import Unavailable
+    from gnn_faas.health import probe_ready
 
-    url = f"http://127.0.0.1:{port}/v2/health/ready"
-    session = requests.Session()
+    url = f"http://127.0.0.1:{port}"
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         [*gnn_faas_command(), *argv, "--port", str(port)],
@@ -96,12 +94,9 @@ def cold_start(argv: list[str], port: int, timeout: float) -> dict[str, float]:
             if proc.poll() is not None:
                 err = proc.stderr.read().decode(errors="replace").strip().splitlines()
                 raise Unavailable(f"instance exited with {proc.returncode}: {err[-1:] or ''}")
-            try:
-                if session.get(url, timeout=1.0).status_code == 200:
-                    ready = time.perf_counter() - t0
-                    break
-            except requests.RequestException:
-                pass
+            if probe_ready(url, timeout=1.0):
+                ready = time.perf_counter() - t0
+                break
             time.sleep(0.005)
         if ready is None:
             raise Unavailable(f"instance not ready after {timeout} s")
@@ -111,7 +106,6 @@ def cold_start(argv: list[str], port: int, timeout: float) -> dict[str, float]:
         proc.wait(timeout=30)
         return {"ready_s": ready, "rss": rss, "pss": pss, "stop_s": time.perf_counter() - t1}
     finally:
-        session.close()
         if proc.poll() is None:
             proc.kill()
             proc.wait()

@@ -22,6 +22,7 @@ import requests
 import yaml
 
 from gnn_faas.errors import Unavailable
+from gnn_faas.health import probe_ready
 from gnn_faas.traces.replay import ReplayResult
 
 
@@ -58,17 +59,11 @@ class Stack:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise Unavailable(f"gateway exited during start-up:\n{self.log_tail()}")
-            if self._ready():
+            if probe_ready(self.url):
                 return self
             time.sleep(0.2)
         self.__exit__(None, None, None)
         raise Unavailable(f"gateway not ready in {self.ready_timeout_s} s:\n{self.log_tail()}")
-
-    def _ready(self) -> bool:
-        try:
-            return requests.get(f"{self.url}/v2/health/ready", timeout=2).status_code == 200
-        except requests.RequestException:  # not listening yet
-            return False
 
     def status(self, **params) -> dict:
         return requests.get(f"{self.url}/v1/status", params=params, timeout=30).json()

@@ -62,14 +62,7 @@ def create_gateway_app(plane: DataPlane) -> Flask:
 
     @app.post("/v2/models/<name>/infer")
     def infer(name: str):
-        rt = plane.model(name)
-        status = "error"
-        try:
-            result = rt.infer(request_body())
-            status = "ok"
-            return jsonify(result)
-        finally:
-            plane.metrics.requests.labels(name, "vertex", status).inc()
+        return jsonify(plane.model(name).infer(request_body()))
 
     @app.get("/metrics")
     def metrics():

@@ -31,7 +31,7 @@ from gnn_faas.config import ModelServingConfig, ServingConfig
 from gnn_faas.errors import NotFound, Unavailable
 from gnn_faas.functions.checkpoint import load_config as load_model_config
 from gnn_faas.functions.layer_plan import ModelPlan
-from gnn_faas.gateway.buffer_pool import BufferConfig, ClosedBuffer, MultiBufferPool
+from gnn_faas.gateway.buffer_pool import ClosedBuffer, MultiBufferPool
 from gnn_faas.gateway.inference_request import (
     InferenceRequest,
     make_infer_response,
@@ -149,19 +149,7 @@ class ModelRuntime:
             clients=ClientCache(),
         )
         b = serving.buffers
-        self.buffer_config = BufferConfig(
-            num_buffers=b.num_buffers,
-            slo_s=m.slo_s,
-            gamma=b.gamma,
-            delta=b.delta,
-            tau_s=b.tau_fraction * m.slo_s,
-            max_steps=b.max_steps,
-            alpha=b.alpha,
-            beta=b.beta,
-            max_requests_per_buffer=b.max_requests_per_buffer,
-            exec_estimate_s=b.exec_estimate_s,
-            global_opt=b.global_opt,
-        )
+        self.buffer_config = b.for_slo(m.slo_s)
         self.buffers: MultiBufferPool | None = None
         if m.mode != "request_centric":
             configurator = load_configurator(b.tree, graph=m.graph, config=self.buffer_config)
@@ -250,6 +238,17 @@ class ModelRuntime:
 
     # -- request path --------------------------------------------------------------
     def infer(self, body: bytes | dict) -> dict:
+        """Answer one OIP request (counted by kind and outcome in the metrics)."""
+        kind = "unknown"  # the kind is known only once the body parsed
+        try:
+            result, kind = self._infer(body)
+        except Exception:
+            self.metrics.requests.labels(self.name, kind, "error").inc()
+            raise
+        self.metrics.requests.labels(self.name, kind, "ok").inc()
+        return result
+
+    def _infer(self, body: bytes | dict) -> tuple[dict, str]:
         t0 = time.perf_counter()
         arrival = self.clock.now()
         m = self.metrics
@@ -290,7 +289,7 @@ class ModelRuntime:
             self.totals["requests"] += 1
             self.totals["slo_violations"] += int(late)
         info = {**info, "latency_ms": latency * 1e3, "arrival_s": arrival}
-        return make_infer_response(self.name, req.id, outputs, parameters=info)
+        return make_infer_response(self.name, req.id, outputs, parameters=info), req.kind
 
     def _on_close(self, closed: ClosedBuffer) -> None:
         self.metrics.buffers_closed.labels(self.name, closed.reason).inc()

@@ -42,8 +42,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -52,6 +50,7 @@ import psutil
 
 from gnn_faas.clock import Clock, RealClock
 from gnn_faas.errors import NotFound, Unavailable
+from gnn_faas.health import probe_ready
 from gnn_faas.scheduler.platform.base import FunctionSpec, Instance, Platform
 from gnn_faas.scheduler.platform.metering import Meter, MeteringReport
 
@@ -219,20 +218,12 @@ class LocalPlatform(Platform):
                     match = None
                 if match:
                     url = match.group(1).decode().rstrip("/")
-            if url is not None and self._probe(url):
+            if url is not None and probe_ready(url):
                 return url, ""
             if time.perf_counter() >= deadline:
                 return None, f"not ready after {self.start_timeout_s:g} s"
             time.sleep(pause)
             pause = min(0.1, pause * 1.5)
-
-    @staticmethod
-    def _probe(url: str) -> bool:
-        try:
-            with urllib.request.urlopen(f"{url}/v2/health/ready", timeout=2.0) as resp:
-                return resp.status == 200
-        except (urllib.error.URLError, OSError, ValueError):
-            return False
 
     def _terminate(self, run: _Running, grace: float) -> None:
         """SIGTERM the process group, SIGKILL what is left after ``grace``; wait
