@@ -54,9 +54,16 @@ class RunStats:
     aggregate_seconds: float = 0.0
     update_seconds: float = 0.0
     wall_seconds: float = 0.0
+    # partitions finish on pool threads at once: their figures add up under a lock
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **amounts: float) -> None:
+        with self._lock:
+            for name, amount in amounts.items():
+                setattr(self, name, getattr(self, name) + amount)
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
 
 class ClientCache:
@@ -166,8 +173,8 @@ class Orchestrator:
             tensors["alpha_src"] = extras["alpha_src"][src_sel]
             tensors["alpha_dst"] = extras["alpha_dst"][start:stop]
         src_ids = cg.nodes[src_sel]
-        stats.bytes_to_memory += (
-            sum(t.nbytes for t in tensors.values())
+        stats.add(
+            bytes_to_memory=sum(t.nbytes for t in tensors.values())
             + sub.indices.nbytes
             + (0 if h_part is None else h_part.nbytes)
         )
@@ -184,17 +191,17 @@ class Orchestrator:
                 negative_slope=step.negative_slope,
                 return_root=step.return_root,
             )
-            stats.aggregate_seconds += time.perf_counter() - t0
+            stats.add(aggregate_seconds=time.perf_counter() - t0)
             return out
 
         def update(out: dict[str, np.ndarray]) -> Future:
             agg, root = out["agg"], out.get("root")
-            stats.bytes_to_compute += agg.nbytes + (root.nbytes if root is not None else 0)
+            stats.add(bytes_to_compute=agg.nbytes + (0 if root is None else root.nbytes))
 
             def post(client: ComputeClient):
                 t0 = time.perf_counter()
                 res = client.post(step.layer, agg, root)
-                stats.update_seconds += time.perf_counter() - t0
+                stats.add(update_seconds=time.perf_counter() - t0)
                 return res
 
             return self._compute(post)
