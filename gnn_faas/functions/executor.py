@@ -27,10 +27,14 @@ from gnn_faas.errors import InvalidRequest
 from gnn_faas.functions.aggregate import aggregate
 from gnn_faas.functions.layer_plan import LayerStep, ModelPlan
 from gnn_faas.storage.computation_graph import Block, ComputationGraph
+from gnn_faas.storage.srpe_graph import extend_sources
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
     from gnn_faas.functions.update import UpdateModel
     from gnn_faas.storage.fetcher import FetchStats, KHopFetcher
+    from gnn_faas.storage.overlay import GraphOverlay
 
 
 class Transport(Protocol):
@@ -77,10 +81,20 @@ def step_extras(
     return extras
 
 
-def run_layers(plan: ModelPlan, cg: ComputationGraph, transport: Transport) -> np.ndarray:
+def run_layers(
+    plan: ModelPlan,
+    cg: ComputationGraph,
+    transport: Transport,
+    embeddings: Callable[[int, np.ndarray], np.ndarray] | None = None,
+    on_layer: Callable[[int, np.ndarray], None] | None = None,
+) -> np.ndarray:
     """Outputs (embeddings or class scores) of the unique targets, in
     ``cg.targets`` order (rows ``[:layer_sizes[-1]]``); index with
-    ``cg.target_index`` for the requested order."""
+    ``cg.target_index`` for the requested order.
+
+    ``cg`` may be an :class:`~gnn_faas.storage.srpe_graph.SrpeGraph`; then
+    ``embeddings(l, ids)`` reads the stored ``p^(l)`` rows of its boundary.
+    ``on_layer(l, h)`` sees every layer's output rows (precompute uses it)."""
     if cg.num_layers != len(plan.steps):
         raise InvalidRequest(
             f"the computation graph has {cg.num_layers} hops, the model {len(plan.steps)} layers"
@@ -88,6 +102,7 @@ def run_layers(plan: ModelPlan, cg: ComputationGraph, transport: Transport) -> n
     h: np.ndarray | None = None
     for step, block in zip(plan.steps, cg.blocks()):
         src_ids = cg.nodes[: block.num_src]
+        h = extend_sources(cg, step.layer, h, embeddings)
         pre_out = None
         h_src = h
         if step.pre:
@@ -97,6 +112,8 @@ def run_layers(plan: ModelPlan, cg: ComputationGraph, transport: Transport) -> n
         extras = step_extras(step, cg, block, pre_out)
         res = transport.aggregate(step, block, h_src, src_ids, extras)
         h = transport.post(step, res["agg"], res.get("root"))
+        if on_layer is not None:
+            on_layer(step.layer, h)
     assert h is not None
     return h
 
@@ -106,14 +123,19 @@ class LocalTransport:
     :func:`aggregate` in numpy, Update through an :class:`UpdateModel`."""
 
     def __init__(
-        self, fetcher: KHopFetcher, model: UpdateModel, stats: FetchStats | None = None
+        self,
+        fetcher: KHopFetcher,
+        model: UpdateModel,
+        stats: FetchStats | None = None,
+        overlay: GraphOverlay | None = None,
     ) -> None:
         self.fetcher = fetcher
         self.model = model
         self.stats = stats
+        self.overlay = overlay  # a new-vertex request's rows (ids >= num_nodes)
 
     def features(self, ids: np.ndarray) -> np.ndarray:
-        return self.fetcher.read_features(ids, stats=self.stats)
+        return self.fetcher.read_features(ids, stats=self.stats, overlay=self.overlay)
 
     def aggregate(
         self,

@@ -25,7 +25,10 @@ Endpoints (frames are ``application/x-gnn-faas-frame``, see
   ``src_ids`` are read through the feature cache), optional ``deg_src``,
   ``deg_dst`` (gcn), ``alpha_src``, ``alpha_dst`` (gat); params ``op``,
   ``num_dst``, ``dst_offset``, ``eps``, ``negative_slope``, ``return_root``,
-  ``partial``, ``include_self``. Answer: ``agg`` (+ ``root``), or with
+  ``partial``, ``include_self``. A new-vertex request's source ids may lie
+  beyond the stored graph (``>= num_nodes``, see ``gateway/new_vertices.py``):
+  their input rows travel in ``new_x`` float32 ``[k, d]``, one row per such
+  source id in ``src_ids`` order; they are used, never cached. Answer: ``agg`` (+ ``root``), or with
   ``partial`` the :func:`~gnn_faas.functions.aggregate.partial_aggregate` state.
 - ``POST /v1/features`` (JSON ``{"ids"}`` or a frame with ``ids``) -> frame ``x``.
 
@@ -132,6 +135,7 @@ class AggregateCall:
     src_ids: np.ndarray
     h: np.ndarray | None
     extras: dict[str, np.ndarray]
+    new_x: np.ndarray | None
     eps: float
     negative_slope: float
     dst_offset: int
@@ -177,7 +181,8 @@ def parse_aggregate(tensors: dict[str, np.ndarray], params: dict[str, Any]) -> A
         arr = require(tensors, name, "float32", 2, optional=True)
         if arr is not None:
             extras[name] = arr
-    unknown = set(tensors) - {"indptr", "indices", "src_ids", "h", *extras}
+    new_x = require(tensors, "new_x", "float32", 2, optional=True)
+    unknown = set(tensors) - {"indptr", "indices", "src_ids", "h", "new_x", *extras}
     if unknown:
         raise InvalidRequest(f"unexpected tensors {sorted(unknown)}")
     dst_offset = params_get(params, "dst_offset", int, 0)
@@ -189,6 +194,7 @@ def parse_aggregate(tensors: dict[str, np.ndarray], params: dict[str, Any]) -> A
         src_ids=src_ids,
         h=h,
         extras=extras,
+        new_x=new_x,
         eps=params_get(params, "eps", float, 0.0),
         negative_slope=params_get(params, "negative_slope", float, 0.2),
         dst_offset=dst_offset,
@@ -306,17 +312,40 @@ class MemoryFunction:
 
     def aggregate_request(self, tensors: dict, params: dict) -> bytes:
         call = parse_aggregate(tensors, params)
-        self.fetcher.check_ids(call.src_ids, "src_ids")
+        stored = self._split_new(call)
         self.counts["aggregate"] += 1
 
         def work() -> bytes:
             rows = call.h
             if rows is None:
-                rows = self.cache.get_rows(call.src_ids, self._load_rows)
+                rows = self._source_rows(call, stored)
             return encode_frame(execute_aggregate(call, rows))
 
-        pinned = call.src_ids if call.h is None else None
+        pinned = call.src_ids[stored] if call.h is None else None
         return self.cache.run(work, shape=call.shape(self.feature_dim), pinned=pinned)
+
+    def _split_new(self, call: AggregateCall) -> np.ndarray:
+        """Mask of the stored source ids (checked); the others need ``new_x`` rows."""
+        stored = call.src_ids < self.graph.num_nodes
+        self.fetcher.check_ids(call.src_ids[stored], "src_ids")
+        n_new = int(call.src_ids.size - np.count_nonzero(stored))
+        if call.h is None and n_new != (0 if call.new_x is None else call.new_x.shape[0]):
+            raise InvalidRequest(
+                f"src_ids name {n_new} new vertices (ids >= {self.graph.num_nodes}); "
+                f"new_x must give one row for each"
+            )
+        if call.new_x is not None and call.new_x.shape[1:] != (self.feature_dim,):
+            raise InvalidRequest(f"new_x rows must have width {self.feature_dim}")
+        return stored
+
+    def _source_rows(self, call: AggregateCall, stored: np.ndarray) -> np.ndarray:
+        """Input rows of ``src_ids``: stored rows through the cache, new ones from the request."""
+        if stored.all():
+            return self.cache.get_rows(call.src_ids, self._load_rows)
+        rows = np.empty((call.src_ids.size, self.feature_dim), np.float32)
+        rows[stored] = self.cache.get_rows(call.src_ids[stored], self._load_rows)
+        rows[~stored] = call.new_x
+        return rows
 
     def features_request(self, tensors: dict, params: dict) -> bytes:
         ids = self.fetcher.check_ids(_ids_param(tensors, params, "ids"), "ids")

@@ -23,6 +23,8 @@ from gnn_faas.functions.client import ComputeClient, MemoryClient
 from gnn_faas.functions.layer_plan import LayerStep, ModelPlan
 from gnn_faas.scheduler.partitioner import partition_layer
 from gnn_faas.storage.computation_graph import Block, ComputationGraph
+from gnn_faas.storage.overlay import GraphOverlay
+from gnn_faas.storage.srpe_graph import extend_sources
 
 
 def compact_rows(block: Block, start: int, stop: int) -> tuple[Block, np.ndarray]:
@@ -143,8 +145,17 @@ class Orchestrator:
     def _compute(self, fn) -> Future:
         return self.compute_pool.submit(lambda inst: fn(self.clients.compute(inst.url)))
 
-    def features(self, ids: np.ndarray) -> np.ndarray:
-        return self._memory(lambda c: c.features(ids)).result()
+    def features(self, ids: np.ndarray, overlay: GraphOverlay | None = None) -> np.ndarray:
+        """Input rows of ``ids``: stored ones from a memory function, a new-vertex
+        request's own ones from its ``overlay``."""
+        if overlay is None or not overlay.is_new(ids).any():
+            return self._memory(lambda c: c.features(ids)).result()
+        new = overlay.is_new(ids)
+        out = np.empty((ids.size, overlay.features.shape[1]), np.float32)
+        if (~new).any():
+            out[~new] = self._memory(lambda c: c.features(ids[~new])).result()
+        out[new] = overlay.rows(ids[new])
+        return out
 
     def head(self, kind: str, **tensors: np.ndarray) -> np.ndarray:
         """Edge- or graph-level head on a compute function."""
@@ -161,6 +172,7 @@ class Orchestrator:
         h: np.ndarray | None,
         extras: dict[str, np.ndarray],
         stats: RunStats,
+        overlay: GraphOverlay | None = None,
     ) -> Future:
         sub, src_sel = compact_rows(block, start, stop)
         tensors: dict[str, np.ndarray] = {}
@@ -173,6 +185,10 @@ class Orchestrator:
             tensors["alpha_src"] = extras["alpha_src"][src_sel]
             tensors["alpha_dst"] = extras["alpha_dst"][start:stop]
         src_ids = cg.nodes[src_sel]
+        if h_part is None and overlay is not None:
+            new = overlay.is_new(src_ids)
+            if new.any():  # the memory side reads stored rows, these travel along
+                tensors["new_x"] = overlay.rows(src_ids[new])
         stats.add(
             bytes_to_memory=sum(t.nbytes for t in tensors.values())
             + sub.indices.nbytes
@@ -208,16 +224,28 @@ class Orchestrator:
 
         return _chain(self._memory(aggregate), update)
 
-    def run(self, cg: ComputationGraph) -> tuple[np.ndarray, RunStats]:
-        """Outputs of the last layer for ``cg``'s unique targets, and figures."""
+    def run(
+        self,
+        cg: ComputationGraph,
+        overlay: GraphOverlay | None = None,
+        embeddings=None,
+    ) -> tuple[np.ndarray, RunStats]:
+        """Outputs of the last layer for ``cg``'s unique targets, and figures.
+
+        ``overlay``: a new-vertex request's added vertices and edges (``cg``
+        was fetched with it). ``cg`` may be an
+        :class:`~gnn_faas.storage.srpe_graph.SrpeGraph`, whose boundary rows
+        ``embeddings(l, ids)`` reads from the store at every layer ``l >= 2``.
+        """
         stats = RunStats()
         t_start = time.perf_counter()
         h: np.ndarray | None = None
         for step in self.plan.steps:
             block = cg.block(step.layer)
+            h = extend_sources(cg, step.layer, h, embeddings)
             extras: dict[str, np.ndarray] = {}
             if step.pre:
-                x = h if h is not None else self.features(cg.nodes[: block.num_src])
+                x = h if h is not None else self.features(cg.nodes[: block.num_src], overlay)
                 pre = self._compute(lambda c, x=x, s=step: c.pre(s.layer, x)).result()
                 h = pre["h"]
                 extras = {k: v for k, v in pre.items() if k != "h"}
@@ -225,7 +253,9 @@ class Orchestrator:
             row_out = step.agg_dim * 4
             parts = partition_layer(block, row_in, row_out, self.budget_bytes, self.runtime_bytes)
             stats.partitions.append(len(parts))
-            futures = [self._part(step, block, a, b, cg, h, extras, stats) for a, b in parts]
+            futures = [
+                self._part(step, block, a, b, cg, h, extras, stats, overlay) for a, b in parts
+            ]
             h = np.concatenate([f.result() for f in futures]) if futures else h
             stats.aggregated_rows += block.num_dst
         stats.wall_seconds = time.perf_counter() - t_start

@@ -20,6 +20,7 @@ import numpy as np
 from gnn_faas.errors import InvalidRequest
 from gnn_faas.storage.computation_graph import ComputationGraph
 from gnn_faas.storage.format import GraphHandle
+from gnn_faas.storage.overlay import GraphOverlay, merge_segments
 from gnn_faas.storage.ranges import RangeReader, ReadStats
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -100,14 +101,17 @@ class KHopFetcher:
         return self.reader.stats
 
     # -- validation --------------------------------------------------------
-    def check_ids(self, ids: np.ndarray, what: str = "vertex ids") -> np.ndarray:
+    def check_ids(
+        self, ids: np.ndarray, what: str = "vertex ids", overlay: GraphOverlay | None = None
+    ) -> np.ndarray:
+        """``ids`` as int64, each in ``[0, N)`` (``N + n_new`` with an overlay)."""
         ids = np.asarray(ids)
         if ids.ndim != 1:
             raise InvalidRequest(f"{what} must be a 1-D list")
         if ids.size and not np.issubdtype(ids.dtype, np.integer):
             raise InvalidRequest(f"{what} must be integers")
         ids = ids.astype(np.int64, copy=False)
-        n = self.graph.num_nodes
+        n = self.graph.num_nodes if overlay is None else overlay.num_nodes
         bad = (ids < 0) | (ids >= n)
         if bad.any():
             raise InvalidRequest(
@@ -117,14 +121,25 @@ class KHopFetcher:
         return ids
 
     # -- adjacency -----------------------------------------------------------
-    def neighbours(self, vertices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def neighbours(
+        self, vertices: np.ndarray, overlay: GraphOverlay | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """In-neighbours of ``vertices`` (global ids): ``(counts, concatenated ids)``.
 
-        Two round trips: the indptr entries, then the neighbour segments.
+        Two round trips: the indptr entries, then the neighbour segments. With
+        an ``overlay``, a vertex's stored in-neighbours come first, then its
+        added ones; a new vertex has added ones only.
         """
         v = np.asarray(vertices, dtype=np.int64)
         if v.size == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        if overlay is not None:
+            stored = ~overlay.is_new(v)
+            counts = np.zeros(v.size, np.int64)
+            c_s, nbrs = self.neighbours(v[stored])
+            counts[stored] = c_s
+            c_o, extra = overlay.in_edges(v)
+            return merge_segments(counts, nbrs, c_o, extra)
         raw = self.reader.read(self._indptr_path, v * 8, v * 8 + 16)
         bounds = raw.view("<i8").reshape(-1, 2)
         lo, hi = bounds[:, 0], bounds[:, 1]
@@ -141,13 +156,16 @@ class KHopFetcher:
         seed: int = 0,
         stats: FetchStats | None = None,
         degrees: bool = False,
+        overlay: GraphOverlay | None = None,
     ) -> ComputationGraph:
         """The ``hops``-layer computation graph of ``targets``.
 
         ``fanouts[h]`` bounds the neighbours sampled at hop ``h + 1`` (hop 1
         expands the targets); ``None`` or a negative entry takes all of them.
+        ``overlay``: a request's new vertices and edges (ids ``>= N``), part of
+        the graph for this fetch only.
         """
-        targets = self.check_ids(np.asarray(targets), "targets")
+        targets = self.check_ids(np.asarray(targets), "targets", overlay)
         if targets.size == 0:
             raise InvalidRequest("targets must not be empty")
         if hops < 0:
@@ -170,7 +188,7 @@ class KHopFetcher:
         for hop in range(hops):
             t0 = time.perf_counter()
             trips0 = self.reader.stats.round_trips
-            counts, nbrs = self.neighbours(frontier)
+            counts, nbrs = self.neighbours(frontier, overlay)
             fanout = None if fanouts is None else fanouts[hop]
             if fanout is not None and fanout >= 0:
                 keep = sample_segments(frontier, counts, fanout, seed)
@@ -201,8 +219,7 @@ class KHopFetcher:
             if sampled or outer.size == 0:
                 outer_deg = np.zeros(outer.size, np.int64)
             else:
-                raw = self.reader.read(self._indptr_path, outer * 8, outer * 8 + 16)
-                outer_deg = np.diff(raw.view("<i8").reshape(-1, 2), axis=1)[:, 0]
+                outer_deg = self.in_degrees(outer, overlay)
             in_degree = np.concatenate((counts, outer_deg)).astype(np.int64)
         if stats is not None:
             stats.add_reads(before, self.reader.stats)
@@ -219,10 +236,36 @@ class KHopFetcher:
             in_degree=in_degree,
         )
 
+    def in_degrees(self, vertices: np.ndarray, overlay: GraphOverlay | None = None) -> np.ndarray:
+        """Full in-degree of each of ``vertices`` (one batched indptr read),
+        the overlay's added in-edges included."""
+        v = np.asarray(vertices, dtype=np.int64)
+        deg = np.zeros(v.size, np.int64)
+        stored = v < self.graph.num_nodes
+        s = v[stored]
+        if s.size:
+            raw = self.reader.read(self._indptr_path, s * 8, s * 8 + 16)
+            deg[stored] = np.diff(raw.view("<i8").reshape(-1, 2), axis=1)[:, 0]
+        if overlay is not None:
+            deg += overlay.in_degree(v)
+        return deg
+
     # -- features ------------------------------------------------------------
-    def read_features(self, ids: np.ndarray, stats: FetchStats | None = None) -> np.ndarray:
-        """Feature rows of ``ids`` (global), in the given order, as float32."""
+    def read_features(
+        self,
+        ids: np.ndarray,
+        stats: FetchStats | None = None,
+        overlay: GraphOverlay | None = None,
+    ) -> np.ndarray:
+        """Feature rows of ``ids`` (global), in the given order, as float32
+        (rows of new vertices from the ``overlay``)."""
         ids = np.asarray(ids, dtype=np.int64)
+        if overlay is not None:
+            new = overlay.is_new(ids)
+            out = np.empty((ids.size, overlay.features.shape[1]), np.float32)
+            out[~new] = self.read_features(ids[~new], stats)
+            out[new] = overlay.rows(ids[new])
+            return out
         info = self._features
         rb = info.row_bytes
         before = replace(self.reader.stats)

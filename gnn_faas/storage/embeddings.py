@@ -1,0 +1,160 @@
+"""Precomputed layer embeddings of a graph's vertices (OMEGA's SRPE), in the store.
+
+``gnn-faas precompute`` writes, for a model of ``L`` layers, every stored
+vertex's embedding ``p_u^(l)`` (the output of layer ``l`` on the whole stored
+graph, full neighbourhoods) for ``1 <= l <= L - 1`` beside the graph::
+
+    GRAPH/embeddings/MODEL/manifest.json   model, checkpoint sha256, graph blobs' sha256,
+                                           num_nodes, sha256/shape of every layer blob
+    GRAPH/embeddings/MODEL/layer{l}.bin    float32 [num_nodes, d_l], row-major
+
+The set is tied to the checkpoint (sha256 of its ``config.json`` and
+``model.safetensors``) and to the graph (the sha256 of its ``indptr``,
+``indices`` and ``features`` blobs): opening it for another checkpoint or a
+re-ingested graph raises :class:`StaleEmbeddings` (HTTP 409), whose message
+says how to refresh it. Rows are read on demand by byte ranges, like features.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gnn_faas.errors import BlobNotFound, CorruptBlob, GnnFaasError, NotFound
+from gnn_faas.storage.format import GraphHandle, validate_name
+from gnn_faas.storage.ranges import RangeReader
+
+EMBEDDINGS_FORMAT = "gnn-faas-embeddings"
+EMBEDDINGS_VERSION = 1
+GRAPH_KEYS = ("indptr", "indices", "features")
+
+
+class StaleEmbeddings(GnnFaasError):
+    """Precomputed embeddings that belong to another checkpoint or graph version."""
+
+    http_status = 409
+
+
+def checkpoint_sha256(ckpt_dir: str | Path) -> str:
+    """sha256 over the checkpoint's ``config.json`` and ``model.safetensors``."""
+    from gnn_faas.functions.checkpoint import CONFIG_FILE, WEIGHTS_FILE
+
+    h = hashlib.sha256()
+    for name in (CONFIG_FILE, WEIGHTS_FILE):
+        path = Path(ckpt_dir) / name
+        if not path.is_file():
+            raise NotFound(f"checkpoint {ckpt_dir}: no {name}")
+        h.update(name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def graph_fingerprint(graph: GraphHandle) -> dict[str, str]:
+    return {k: graph.info(k).sha256 for k in GRAPH_KEYS}
+
+
+def _prefix(graph: GraphHandle, model: str) -> str:
+    validate_name(model)
+    return f"{graph.name}/embeddings/{model}"
+
+
+def write_embeddings(
+    graph: GraphHandle, model: str, checkpoint: str, layers: dict[int, np.ndarray]
+) -> dict:
+    """Write ``layers[l]`` ``[num_nodes, d_l]`` and the side manifest (last)."""
+    prefix = _prefix(graph, model)
+    blobs = {}
+    for layer, arr in sorted(layers.items()):
+        a = np.ascontiguousarray(arr, dtype="<f4")
+        if a.ndim != 2 or a.shape[0] != graph.num_nodes:
+            raise ValueError(f"layer {layer} embeddings must be [{graph.num_nodes}, d]")
+        data = memoryview(a).cast("B")
+        graph.backend.pipe_file(f"{prefix}/layer{layer}.bin", data)
+        blobs[str(layer)] = {
+            "file": f"layer{layer}.bin",
+            "shape": list(a.shape),
+            "nbytes": a.nbytes,
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
+    manifest = {
+        "format": EMBEDDINGS_FORMAT,
+        "version": EMBEDDINGS_VERSION,
+        "model": model,
+        "checkpoint_sha256": checkpoint,
+        "graph": graph.name,
+        "graph_sha256": graph_fingerprint(graph),
+        "num_nodes": graph.num_nodes,
+        "layers": blobs,
+    }
+    graph.backend.pipe_file(f"{prefix}/manifest.json", json.dumps(manifest, indent=2).encode())
+    return manifest
+
+
+@dataclass
+class EmbeddingStore:
+    """An opened, checked embedding set: ``rows(layer, ids)`` by ranged reads."""
+
+    graph: GraphHandle
+    model: str
+    manifest: dict
+
+    @classmethod
+    def open(cls, graph: GraphHandle, model: str, checkpoint: str) -> EmbeddingStore:
+        prefix = _prefix(graph, model)
+        hint = f"run 'gnn-faas precompute --model {model}' to (re)compute them"
+        try:
+            raw = graph.backend.cat_file(f"{prefix}/manifest.json")
+        except BlobNotFound:
+            raise NotFound(
+                f"no precomputed embeddings of model {model!r} on graph {graph.name!r}: {hint}"
+            ) from None
+        try:
+            m = json.loads(raw)
+            if m.get("format") != EMBEDDINGS_FORMAT or m.get("version") != EMBEDDINGS_VERSION:
+                raise ValueError("not a gnn-faas embeddings manifest")
+            layers = {int(k): v for k, v in m["layers"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise CorruptBlob(f"{prefix}/manifest.json: invalid ({exc})") from None
+        if m.get("checkpoint_sha256") != checkpoint:
+            raise StaleEmbeddings(
+                f"the precomputed embeddings of model {model!r} on graph {graph.name!r} belong "
+                f"to checkpoint {str(m.get('checkpoint_sha256'))[:12]}, the model is now "
+                f"{checkpoint[:12]}: {hint}"
+            )
+        if m.get("graph_sha256") != graph_fingerprint(graph) or m.get("num_nodes") != graph.num_nodes:
+            raise StaleEmbeddings(
+                f"the precomputed embeddings of model {model!r} were computed on another "
+                f"version of graph {graph.name!r}: {hint}"
+            )
+        for layer, info in layers.items():
+            size = graph.backend.size(f"{prefix}/{info['file']}")
+            if size != info["nbytes"]:
+                raise CorruptBlob(f"{prefix}/{info['file']}: {size} bytes, manifest says {info['nbytes']}")
+        m["layers"] = layers
+        return cls(graph, model, m)
+
+    def __post_init__(self) -> None:
+        self.reader = RangeReader(self.graph.backend)
+        self.prefix = _prefix(self.graph, self.model)
+
+    @property
+    def layers(self) -> list[int]:
+        return sorted(self.manifest["layers"])
+
+    def dim(self, layer: int) -> int:
+        return int(self.manifest["layers"][layer]["shape"][1])
+
+    def rows(self, layer: int, ids: np.ndarray) -> np.ndarray:
+        """``p^(layer)`` rows of stored vertex ``ids`` (float32 ``[k, d_layer]``)."""
+        if layer not in self.manifest["layers"]:
+            raise NotFound(f"embeddings of model {self.model!r} hold no layer {layer}")
+        ids = np.asarray(ids, dtype=np.int64)
+        d = self.dim(layer)
+        rb = 4 * d
+        path = f"{self.prefix}/{self.manifest['layers'][layer]['file']}"
+        raw = self.reader.read(path, ids * rb, ids * rb + rb)
+        return raw.view("<f4").reshape(ids.size, d).astype(np.float32, copy=False)

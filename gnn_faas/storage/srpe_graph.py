@@ -1,0 +1,208 @@
+"""The computation graph of precomputed-embedding serving (OMEGA's SRPE, §5.2).
+
+For queries ``Q`` (a request's targets, stored or new) and a model of ``L``
+layers, exact serving recomputes the whole ``L``-hop neighbourhood. SRPE reads
+the stored embeddings ``p_u^(l)`` of the queries' direct in-neighbours instead
+and recomputes only a budget ``γ`` of them, the *candidates*
+``C = N(Q) \\ Q``, chosen by a :mod:`~gnn_faas.storage.recompute_policy`:
+
+- vertices ``nodes = [Q, R, B]``: the queries, the recomputed candidates ``R``,
+  and the boundary ``B = (N(Q) ∪ N(R)) \\ (Q ∪ R)``;
+- layer ``l < L`` computes ``h^(l)`` of ``Q ∪ R`` (the first ``|Q| + |R|``
+  rows) from the sources ``Q ∪ R ∪ B``: rows of ``Q ∪ R`` are the previous
+  layer's output, rows of ``B`` are ``p^(l-1)`` read from the store (the input
+  features at ``l = 1``); layer ``L`` computes ``Q`` only;
+- neighbourhoods are full and include the request's added edges, so a
+  recomputed candidate sees the edges from the new query vertices.
+
+With ``R = C`` (``γ = 1``) and ``L <= 3`` this equals exact serving (a
+boundary vertex lies two hops from ``Q``, and its stored ``p^(l-1)`` with
+``l - 1 <= 1`` does not depend on ``Q``); with ``R = ∅`` every candidate's
+stored embedding is reused.
+
+:class:`SrpeGraph` has the interface of a
+:class:`~gnn_faas.storage.computation_graph.ComputationGraph` that the layer
+drivers use (``nodes``, ``block(l)``, ``in_degree``, ``target_index``), plus
+``boundary``: :func:`extend_sources` appends the boundary's stored rows to a
+layer's computed rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from gnn_faas.errors import InvalidRequest
+from gnn_faas.storage.computation_graph import Block
+from gnn_faas.storage.overlay import GraphOverlay, merge_segments
+from gnn_faas.storage.recompute_policy import CandidateScores, select_recomputed
+
+if TYPE_CHECKING:  # pragma: no cover - avoids an import cycle
+    from gnn_faas.storage.fetcher import KHopFetcher
+
+
+@dataclass(frozen=True)
+class SrpeGraph:
+    """See the module docstring. ``num_queries = |Q|``, ``num_computed = |Q| +
+    |R|``; ``indptr``/``indices``: in-neighbour CSR of the computed rows (local
+    source ids over all nodes); ``candidates``: ``C`` (global ids, with their
+    scores), ``recomputed``: ``R`` (global ids)."""
+
+    nodes: np.ndarray
+    num_queries: int
+    num_computed: int
+    num_layers: int
+    indptr: np.ndarray
+    indices: np.ndarray
+    target_index: np.ndarray
+    in_degree: np.ndarray
+    candidates: CandidateScores
+    recomputed: np.ndarray
+
+    @property
+    def layer_sizes(self) -> tuple[int, ...]:
+        """Rows computed per layer (``[0]``: all source rows), as a ComputationGraph's."""
+        mid = (self.num_computed,) * (self.num_layers - 1)
+        return (int(self.nodes.size),) + mid + (self.num_queries,)
+
+    @property
+    def targets(self) -> np.ndarray:
+        return self.nodes[: self.num_queries]
+
+    @property
+    def input_nodes(self) -> np.ndarray:
+        return self.nodes
+
+    @property
+    def boundary(self) -> np.ndarray:
+        """Vertices whose rows come from the store at every layer ``l >= 2``."""
+        return self.nodes[self.num_computed :]
+
+    def block(self, layer: int) -> Block:
+        if not 1 <= layer <= self.num_layers:
+            raise IndexError(f"layer must be in 1..{self.num_layers}, got {layer}")
+        n_dst = self.num_queries if layer == self.num_layers else self.num_computed
+        indptr = self.indptr[: n_dst + 1]
+        return Block(n_dst, int(self.nodes.size), indptr, self.indices[: indptr[-1]])
+
+    def blocks(self) -> list[Block]:
+        return [self.block(layer) for layer in range(1, self.num_layers + 1)]
+
+    def aggregated_rows(self) -> int:
+        return int(sum(self.layer_sizes[1:]))
+
+
+def extend_sources(
+    cg, layer: int, h: np.ndarray | None, embeddings: Callable[[int, np.ndarray], np.ndarray] | None
+) -> np.ndarray | None:
+    """Source rows of ``layer``: ``h`` (the previous layer's output) and, for an
+    :class:`SrpeGraph` at ``layer >= 2``, the boundary's stored ``p^(layer-1)``
+    below it. Anything else passes through."""
+    if h is None or not isinstance(cg, SrpeGraph) or layer < 2:
+        return h
+    if embeddings is None:
+        raise InvalidRequest("precomputed serving needs the stored embeddings")
+    if cg.boundary.size == 0:
+        return h
+    return np.concatenate((h, embeddings(layer - 1, cg.boundary)))
+
+
+def build_srpe_graph(
+    fetcher: KHopFetcher,
+    targets: np.ndarray,
+    num_layers: int,
+    budget: float,
+    policy: str = "query_edge_ratio",
+    overlay: GraphOverlay | None = None,
+    seed: int = 0,
+) -> SrpeGraph:
+    """The SRPE graph of ``targets`` (global ids, repeats allowed) with a
+    recomputation budget ``budget`` (a share of the candidates, in [0, 1]).
+
+    Three batched reads: the queries' in-neighbours, the recomputed
+    candidates' in-neighbours, the in-degrees of candidates and boundary.
+    """
+    if num_layers < 1:
+        raise InvalidRequest("precomputed serving needs a model of at least one layer")
+    if not 0.0 <= budget <= 1.0:
+        raise InvalidRequest(f"recompute budget must lie in [0, 1], got {budget}")
+    t = fetcher.check_ids(np.asarray(targets), "targets", overlay)
+    if t.size == 0:
+        raise InvalidRequest("targets must not be empty")
+    uniq, first, inverse = np.unique(t, return_index=True, return_inverse=True)
+    by_first = np.argsort(first, kind="stable")
+    queries = uniq[by_first]
+    rank = np.empty_like(by_first)
+    rank[by_first] = np.arange(by_first.size)
+    target_index = rank[inverse].astype(np.int64)
+
+    # the queries' in-neighbours: stored lists (stored queries) then added edges
+    n_stored = fetcher.graph.num_nodes
+    stored_q = queries < n_stored
+    c_s = np.zeros(queries.size, np.int64)
+    c_s[stored_q], n_s = fetcher.neighbours(queries[stored_q])
+    if overlay is not None:
+        c_o, n_o = overlay.in_edges(queries)
+    else:
+        c_o, n_o = np.zeros(queries.size, np.int64), np.zeros(0, np.int64)
+    cq, nq = merge_segments(c_s, n_s, c_o, n_o)
+    in_q = np.isin(nq, queries)
+    cand = np.unique(nq[~in_q])
+    if cand.size and overlay is not None and overlay.is_new(cand).any():
+        raise InvalidRequest("internal: a new vertex is a candidate but not a query")
+
+    # |N_Q(u)|: in-edges of u from the queries. Added edges are exact; stored
+    # ones are the reverse of the queries' stored lists (exact on symmetrised
+    # graphs, the in-edge direction otherwise).
+    pos_s = np.searchsorted(cand, n_s)
+    hit_s = (pos_s < cand.size) & (cand[np.minimum(pos_s, max(cand.size - 1, 0))] == n_s)
+    nq_count = np.bincount(pos_s[hit_s], minlength=cand.size).astype(np.float64)
+    if overlay is not None and cand.size:
+        c_u, src_u = overlay.in_edges(cand)
+        owner = np.repeat(np.arange(cand.size), c_u)
+        from_q = np.isin(src_u, queries)
+        nq_count += np.bincount(owner[from_q], minlength=cand.size)
+    deg_c = fetcher.in_degrees(cand, overlay)
+    # importance: u's weight in the queries' mean aggregates, sum_q 1 / |N(q)|
+    owner_q = np.repeat(np.arange(queries.size), cq)
+    w = 1.0 / np.maximum(cq[owner_q], 1)
+    pos = np.searchsorted(cand, nq)
+    ok = ~in_q
+    importance = np.bincount(pos[ok], weights=w[ok], minlength=cand.size)
+    scores = CandidateScores(
+        ids=cand,
+        query_edges=nq_count,
+        degree=deg_c,
+        importance=importance,
+    )
+    recomputed = select_recomputed(scores, budget, policy, seed)
+
+    c_r, n_r = fetcher.neighbours(recomputed, overlay)
+    computed = np.concatenate((queries, recomputed))
+    others = np.unique(np.concatenate((nq, n_r)))
+    boundary = others[~np.isin(others, computed)]
+    nodes = np.concatenate((computed, boundary))
+    order = np.argsort(nodes, kind="stable")
+
+    def local(ids: np.ndarray) -> np.ndarray:
+        return order[np.searchsorted(nodes, ids, sorter=order)]
+
+    counts = np.concatenate((cq, c_r))
+    indptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    indices = local(np.concatenate((nq, n_r))).astype(np.int64)
+    in_degree = np.concatenate((cq, c_r, fetcher.in_degrees(boundary, overlay))).astype(np.int64)
+    return SrpeGraph(
+        nodes=nodes,
+        num_queries=int(queries.size),
+        num_computed=int(computed.size),
+        num_layers=int(num_layers),
+        indptr=indptr,
+        indices=indices,
+        target_index=target_index,
+        in_degree=in_degree,
+        candidates=scores,
+        recomputed=recomputed,
+    )
