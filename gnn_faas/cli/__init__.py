@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "gnn_faas.cli.up",
     "gnn_faas.cli.demo",
     "gnn_faas.cli.size",
+    "gnn_faas.cli.precompute",
 ]
 
 

@@ -125,15 +125,20 @@ class EmbeddingStore:
                 f"to checkpoint {str(m.get('checkpoint_sha256'))[:12]}, the model is now "
                 f"{checkpoint[:12]}: {hint}"
             )
-        if m.get("graph_sha256") != graph_fingerprint(graph) or m.get("num_nodes") != graph.num_nodes:
+        if (
+            m.get("graph_sha256") != graph_fingerprint(graph)
+            or m.get("num_nodes") != graph.num_nodes
+        ):
             raise StaleEmbeddings(
                 f"the precomputed embeddings of model {model!r} were computed on another "
                 f"version of graph {graph.name!r}: {hint}"
             )
-        for layer, info in layers.items():
+        for info in layers.values():
             size = graph.backend.size(f"{prefix}/{info['file']}")
             if size != info["nbytes"]:
-                raise CorruptBlob(f"{prefix}/{info['file']}: {size} bytes, manifest says {info['nbytes']}")
+                raise CorruptBlob(
+                    f"{prefix}/{info['file']}: {size} bytes, manifest says {info['nbytes']}"
+                )
         m["layers"] = layers
         return cls(graph, model, m)
 

@@ -96,7 +96,9 @@ class GraphOverlay:
         ids = np.asarray(ids, dtype=np.int64)
         local = ids - self.base_nodes
         if local.size and (local.min() < 0 or local.max() >= self.num_new):
-            raise InvalidRequest(f"new vertex ids must lie in [{self.base_nodes}, {self.num_nodes})")
+            raise InvalidRequest(
+                f"new vertex ids must lie in [{self.base_nodes}, {self.num_nodes})"
+            )
         return self.features[local]
 
 
@@ -106,7 +108,10 @@ def merge_segments(
     """Per-owner concatenation of two segment lists over the same owners
     (owner ``i``: its ``a`` values, then its ``b`` values)."""
     owners = np.concatenate(
-        (np.repeat(np.arange(counts_a.size), counts_a), np.repeat(np.arange(counts_b.size), counts_b))
+        (
+            np.repeat(np.arange(counts_a.size), counts_a),
+            np.repeat(np.arange(counts_b.size), counts_b),
+        )
     )
     values = np.concatenate((values_a, values_b))
     order = np.argsort(owners, kind="stable")

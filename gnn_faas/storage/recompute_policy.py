@@ -49,7 +49,9 @@ def budget_count(budget: float, num_candidates: int) -> int:
     return min(num_candidates, math.ceil(budget * num_candidates - 1e-9))
 
 
-def select_recomputed(scores: CandidateScores, budget: float, policy: str, seed: int = 0) -> np.ndarray:
+def select_recomputed(
+    scores: CandidateScores, budget: float, policy: str, seed: int = 0
+) -> np.ndarray:
     """The ids of the candidates to recompute (sorted by rank, best first)."""
     if policy not in POLICIES:
         raise InvalidRequest(f"unknown recompute policy {policy!r}: use one of {POLICIES}")

@@ -12,7 +12,7 @@ from gnn_faas.functions.executor import LocalTransport, run_layers
 from gnn_faas.functions.memory_app import execute_aggregate, parse_aggregate
 from gnn_faas.functions.pyg_models import csr_edge_index
 from gnn_faas.storage.overlay import GraphOverlay, merge_segments
-from tests.functions.test_composition import ARCHS, RTOL, ATOL, cora_fetcher, make_model
+from tests.functions.test_composition import ARCHS, ATOL, RTOL, cora_fetcher, make_model
 
 
 @pytest.fixture(scope="module")
@@ -103,5 +103,7 @@ def test_overlay_in_edges_and_degrees(fetcher):
 
 
 def test_merge_segments_keeps_owner_order():
-    c, v = merge_segments(np.array([2, 0, 1]), np.array([1, 2, 3]), np.array([1, 1, 0]), np.array([9, 8]))
+    c, v = merge_segments(
+        np.array([2, 0, 1]), np.array([1, 2, 3]), np.array([1, 1, 0]), np.array([9, 8])
+    )
     assert c.tolist() == [3, 1, 1] and v.tolist() == [1, 2, 9, 8, 3]

@@ -1,0 +1,76 @@
+"""Precompute every stored vertex's layer embeddings for SRPE (compute side, torch).
+
+``p^(l)``, ``1 <= l <= L - 1``, is the output of layer ``l`` of the model on
+the whole stored graph with full neighbourhoods (what exact serving computes
+for every vertex). The first ``L - 1`` layers run as one computation graph
+whose every layer keeps all vertices (``D_l = V``), in destination chunks of
+``chunk_rows`` so the working set stays bounded on large graphs; the rows go to
+:func:`~gnn_faas.storage.embeddings.write_embeddings`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from gnn_faas.functions.aggregate import aggregate, slice_rows
+from gnn_faas.functions.layer_plan import ModelPlan
+from gnn_faas.functions.update import UpdateModel
+from gnn_faas.storage.computation_graph import Block
+from gnn_faas.storage.embeddings import checkpoint_sha256, write_embeddings
+from gnn_faas.storage.format import GraphHandle
+
+DEFAULT_CHUNK_ROWS = 65536
+
+
+def full_graph_embeddings(
+    graph: GraphHandle, model: UpdateModel, chunk_rows: int = DEFAULT_CHUNK_ROWS
+) -> dict[int, np.ndarray]:
+    """``{l: p^(l) [N, d_l]}`` for ``1 <= l <= L - 1`` on the stored graph."""
+    plan: ModelPlan = model.plan
+    n = graph.num_nodes
+    indptr = np.asarray(graph.read_blob("indptr"), dtype=np.int64)
+    indices = np.asarray(graph.read_blob("indices"), dtype=np.int64)
+    block = Block(n, n, indptr, indices)
+    deg = np.diff(indptr)
+    h = np.asarray(graph.read_blob("features"), dtype=np.float32)
+    out: dict[int, np.ndarray] = {}
+    for step in plan.steps[:-1]:
+        extras: dict[str, np.ndarray] = {}
+        src = h
+        if step.pre:
+            pre = model.pre(step.layer, h)
+            src = pre["h"]
+            if step.needs_alpha:
+                extras = {"alpha_src": pre["alpha_src"], "alpha_dst": pre["alpha_dst"]}
+        if step.needs_degrees:
+            extras["deg_src"] = deg
+        parts = []
+        for a in range(0, n, chunk_rows):
+            b = min(n, a + chunk_rows)
+            sub = slice_rows(block, a, b)
+            agg = aggregate(
+                step.op, sub, src, eps=step.eps, negative_slope=step.negative_slope, **extras
+            )
+            root = h[a:b] if step.return_root else None
+            parts.append(model.post(step.layer, agg, root))
+        h = np.concatenate(parts) if parts else np.zeros((0, step.out_dim), np.float32)
+        out[step.layer] = h
+    return out
+
+
+def precompute(
+    graph: GraphHandle, ckpt_dir: str | Path, name: str, device: str | None = "cpu"
+) -> dict:
+    """Compute and store the embeddings of checkpoint ``ckpt_dir`` under model ``name``."""
+    from gnn_faas.errors import InvalidRequest
+
+    model = UpdateModel.load(ckpt_dir, device)
+    if model.config.in_dim != graph.manifest.feature_dim:
+        raise InvalidRequest(
+            f"model input dimension {model.config.in_dim} != graph {graph.name!r} feature "
+            f"dimension {graph.manifest.feature_dim}"
+        )
+    layers = full_graph_embeddings(graph, model)
+    return write_embeddings(graph, name, checkpoint_sha256(ckpt_dir), layers)
