@@ -34,6 +34,10 @@ from gnn_faas.errors import InvalidRequest
 from gnn_faas.paths import var_dir
 
 MODES = ("graph_sharing", "no_sharing", "request_centric")
+EMBEDDINGS = ("exact", "precomputed")
+RECOMPUTE_POLICIES = ("query_edge_ratio", "random", "importance")
+CACHE_PRIORS = ("degree", "fap")
+DEVICES = ("auto", "cpu", "cuda")
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,18 @@ class ModelServingConfig:
     fanouts: tuple[int, ...] | None = None
     max_targets: int = 1024
     mode: str = "graph_sharing"
+    # OMEGA's SRPE: "precomputed" reads the stored p^(l) of the queries' neighbours
+    # (gnn-faas precompute) and recomputes the recompute_budget share of them
+    embeddings: str = "exact"
+    recompute_budget: float = 0.05
+    recompute_policy: str = "query_edge_ratio"
+    # new-vertex requests (gateway/new_vertices.py): most vertices / edges a request adds
+    max_new_vertices: int = 256
+    max_new_edges: int = 65536
+    # memory functions' feature-cache prior: degree, or Quiver's FAP (gnn-faas datasets metrics)
+    cache_prior: str = "degree"
+    # compute functions' Update device: auto (CUDA when visible), cpu, cuda
+    device: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -132,6 +148,18 @@ class ServingConfig:
                 raise InvalidRequest(f"model {m.name!r}: mode must be one of {MODES}")
             if m.slo_s <= 0:
                 raise InvalidRequest(f"model {m.name!r}: slo_s must be positive")
+            for key, allowed in (
+                ("embeddings", EMBEDDINGS),
+                ("recompute_policy", RECOMPUTE_POLICIES),
+                ("cache_prior", CACHE_PRIORS),
+                ("device", DEVICES),
+            ):
+                if getattr(m, key) not in allowed:
+                    raise InvalidRequest(f"model {m.name!r}: {key} must be one of {allowed}")
+            if not 0.0 <= m.recompute_budget <= 1.0:
+                raise InvalidRequest(f"model {m.name!r}: recompute_budget must lie in [0, 1]")
+            if m.max_new_vertices < 0 or m.max_new_edges < 0:
+                raise InvalidRequest(f"model {m.name!r}: max_new_vertices/edges must be >= 0")
 
     def model(self, name: str) -> ModelServingConfig:
         for m in self.models:

@@ -1,4 +1,6 @@
-"""``gnn-faas datasets list`` and ``gnn-faas datasets prepare NAME --store URI [--from PATH]``."""
+"""``gnn-faas datasets list``, ``gnn-faas datasets prepare NAME --store URI [--from PATH]``
+and ``gnn-faas datasets metrics NAME --fanouts 10,5`` (Quiver's PSGS and FAP of a
+stored graph, see :mod:`gnn_faas.storage.workload_metrics`)."""
 
 from __future__ import annotations
 
@@ -28,7 +30,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="dimension of random features (default: the dataset's, e.g. 128 for bitcoin-otc)",
     )
     pr.add_argument("--as", dest="graph_name", default=None, help="graph name (default: NAME)")
+    pr.add_argument(
+        "--metrics",
+        metavar="FANOUTS",
+        default=None,
+        help="also compute PSGS and FAP for these fanouts (e.g. 10,5; 'full')",
+    )
     pr.set_defaults(handler=_prepare)
+    mt = cmds.add_parser(
+        "metrics", help="compute Quiver's PSGS and FAP of a stored graph (blobs psgs, fap)"
+    )
+    mt.add_argument("graph", metavar="NAME", help="graph name in the store")
+    mt.add_argument("--store", default=None, help="store URI (default: file://./var/store)")
+    mt.add_argument(
+        "--fanouts", required=True, help="per-hop fanouts of the model, e.g. 10,5 ('full': all)"
+    )
+    mt.add_argument(
+        "--distribution",
+        choices=("uniform", "request_order"),
+        default=None,
+        help="request distribution of FAP (default: the graph's request order, else uniform)",
+    )
+    mt.set_defaults(handler=_metrics)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -58,10 +81,41 @@ def _prepare(args: argparse.Namespace) -> int:
         graph_name=args.graph_name,
     )
     m = res.manifest
+    if args.metrics:
+        from gnn_faas.storage.format import open_graph
+        from gnn_faas.storage.workload_metrics import compute_and_store
+
+        compute_and_store(open_graph(store, m.name), parse_metric_fanouts(args.metrics))
     order = m.blobs.get("request_order")
     print(
         f"prepared {m.name}: {m.num_nodes} vertices, {m.num_edges} edges, feature dim "
         f"{m.feature_dim}, {m.num_classes} classes, "
         f"{order.shape[0] if order else 0} requests in order, {res.seconds:.2f} s -> {store}"
     )
+    return 0
+
+
+def parse_metric_fanouts(text: str) -> list[int]:
+    """``"10,5"`` -> ``[10, 5]``; ``"full"``/``"-1,-1"`` entries mean all neighbours."""
+    from gnn_faas.errors import InvalidRequest
+
+    try:
+        out = [-1 if x.strip() == "full" else int(x) for x in text.split(",")]
+    except ValueError:
+        raise InvalidRequest(f"--fanouts must look like 10,5 (or full), not {text!r}") from None
+    if not out or any(f == 0 or f < -1 for f in out):
+        raise InvalidRequest("--fanouts: each fanout must be >= 1 (or -1 / full)")
+    return out
+
+
+def _metrics(args: argparse.Namespace) -> int:
+    import json
+
+    from gnn_faas.cli.ingest import default_store
+    from gnn_faas.storage.format import open_graph
+    from gnn_faas.storage.workload_metrics import compute_and_store
+
+    graph = open_graph(args.store or default_store(), args.graph)
+    summary = compute_and_store(graph, parse_metric_fanouts(args.fanouts), args.distribution)
+    print(json.dumps(summary))
     return 0

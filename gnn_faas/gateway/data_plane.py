@@ -39,14 +39,23 @@ from gnn_faas.gateway.inference_request import (
 )
 from gnn_faas.gateway.load_aware_queue import FunctionPool
 from gnn_faas.gateway.metrics import GatewayMetrics
+from gnn_faas.gateway.new_vertices import (
+    NewVertexLimits,
+    new_vertex_metadata,
+    parse_new_vertices,
+    split_new_vertex_inputs,
+)
 from gnn_faas.gateway.timeout_configurator import load_configurator
 from gnn_faas.scheduler.merge import merge_computation_graphs
 from gnn_faas.scheduler.orchestrator import ClientCache, Orchestrator
 from gnn_faas.scheduler.platform import open_platform
 from gnn_faas.scheduler.platform.base import FunctionSpec
 from gnn_faas.storage.computation_graph import ComputationGraph
+from gnn_faas.storage.embeddings import EmbeddingStore, checkpoint_sha256
 from gnn_faas.storage.fetcher import FetchStats, KHopFetcher
 from gnn_faas.storage.format import open_graph
+from gnn_faas.storage.overlay import GraphOverlay
+from gnn_faas.storage.srpe_graph import build_srpe_graph
 
 log = logging.getLogger("gnn_faas.gateway")
 
@@ -78,6 +87,7 @@ class Pending:
     cg: ComputationGraph
     future: Future
     arrival: float
+    overlay: GraphOverlay | None = None  # a new-vertex request's added vertices and edges
 
 
 class ModelRuntime:
@@ -102,11 +112,18 @@ class ModelRuntime:
         self.plan = ModelPlan.from_config(self.model_config)
         self.fanouts = m.fanouts if m.fanouts is not None else self.model_config.fanouts
         self.needs_degrees = any(s.needs_degrees for s in self.plan.steps)
+        # SRPE: the stored embeddings, refused at start when stale (another checkpoint)
+        self.embeddings: EmbeddingStore | None = None
+        if m.embeddings == "precomputed":
+            self.embeddings = EmbeddingStore.open(self.graph, m.name, checkpoint_sha256(ckpt))
+        self.new_vertex_limits = NewVertexLimits(m.max_new_vertices, m.max_new_edges)
         p = serving.platform
         cache_off = m.mode == "request_centric"
         mem_args = ["--store", serving.store, "--graph", m.graph]
         if cache_off:
             mem_args += ["--cache-max-rows", "0"]
+        elif m.cache_prior != "degree":
+            mem_args += ["--cache-prior", m.cache_prior]
         self.memory_spec = FunctionSpec(
             name=f"{m.name}-memory",
             kind="memory",
@@ -118,7 +135,7 @@ class ModelRuntime:
         self.compute_spec = FunctionSpec(
             name=f"{m.name}-compute",
             kind="compute",
-            args=("--model", str(ckpt)),
+            args=("--model", str(ckpt), "--device", m.device),
             memory_mb=p.compute_function_mb,
             vcpus=p.compute_vcpus,
             keep_alive_s=p.keep_alive_s,
@@ -221,6 +238,7 @@ class ModelRuntime:
                 {"name": "pairs", "datatype": "INT64", "shape": [-1, 2]},
                 {"name": "vertices", "datatype": "INT64", "shape": [-1]},
                 {"name": "graph_ids", "datatype": "INT64", "shape": [-1]},
+                *new_vertex_metadata(),
             ],
             "outputs": [
                 {"name": "scores", "datatype": "FP32", "shape": [-1, cfg.out_dim]},
@@ -233,6 +251,8 @@ class ModelRuntime:
                 "num_layers": cfg.num_layers,
                 "slo_s": self.m.slo_s,
                 "mode": self.m.mode,
+                "embeddings": self.m.embeddings,
+                "new_vertex_ids_from": self.graph.num_nodes,
             },
         }
 
@@ -253,23 +273,26 @@ class ModelRuntime:
         arrival = self.clock.now()
         m = self.metrics
         with m.stage(self.name, "parse"):
-            req = parse_infer_request(
-                self.name, body, self.graph.num_nodes, max_targets=self.m.max_targets
+            body, added = split_new_vertex_inputs(body)
+            overlay = parse_new_vertices(
+                added,
+                self.graph.num_nodes,
+                self.graph.manifest.feature_dim,
+                self.graph.manifest.symmetrized,
+                self.new_vertex_limits,
             )
+            num_ids = self.graph.num_nodes if overlay is None else overlay.num_nodes
+            req = parse_infer_request(self.name, body, num_ids, max_targets=self.m.max_targets)
         with m.stage(self.name, "khop"):
             stats = FetchStats()
+            before = self.fetcher.stats.bytes_read
             with self._fetch_lock:
-                cg = self.fetcher.fetch(
-                    req.targets,
-                    self.plan.config.num_layers,
-                    fanouts=self.fanouts,
-                    stats=stats,
-                    degrees=self.needs_degrees,
-                )
-            m.bytes_fetched.labels(self.name).inc(stats.reads.bytes_read)
-        pending = Pending(req, cg, Future(), t0)
+                cg = self._graph_of(req.targets, overlay, stats)
+            m.bytes_fetched.labels(self.name).inc(self.fetcher.stats.bytes_read - before)
+        pending = Pending(req, cg, Future(), t0, overlay)
         pending.future.set_running_or_notify_cancel()
-        if self.buffers is None:
+        if self.buffers is None or overlay is not None:
+            # a request's added edges change its stored neighbours: never merged
             self._run_separately([pending], None)
         else:
             # clients choose OIP ids and may repeat them: the pool gets its own key
@@ -290,6 +313,44 @@ class ModelRuntime:
             self.totals["slo_violations"] += int(late)
         info = {**info, "latency_ms": latency * 1e3, "arrival_s": arrival}
         return make_infer_response(self.name, req.id, outputs, parameters=info), req.kind
+
+    def _graph_of(self, targets: np.ndarray, overlay: GraphOverlay | None, stats: FetchStats):
+        """The computation graph of ``targets``: the k-hop one, or with
+        ``embeddings: precomputed`` the SRPE one (call under the fetch lock)."""
+        if self.embeddings is not None:
+            return build_srpe_graph(
+                self.fetcher,
+                targets,
+                self.plan.config.num_layers,
+                self.m.recompute_budget,
+                self.m.recompute_policy,
+                overlay=overlay,
+            )
+        return self.fetcher.fetch(
+            targets,
+            self.plan.config.num_layers,
+            fanouts=self.fanouts,
+            stats=stats,
+            degrees=self.needs_degrees,
+            overlay=overlay,
+        )
+
+    def _merge(self, pendings: list[Pending]):
+        """``(graph, per-request rows, separate rows)`` of a closed buffer. SRPE:
+        one SRPE graph of the union of the targets, so each candidate is
+        recomputed once for the whole buffer."""
+        if self.embeddings is None:
+            merged = merge_computation_graphs([p.cg for p in pendings])
+            return merged.graph, merged.request_rows, merged.separate_rows
+        targets = [p.request.targets for p in pendings]
+        with self._fetch_lock:
+            sg = self._graph_of(np.concatenate(targets), None, FetchStats())
+        bounds = np.cumsum([0] + [t.size for t in targets])
+        rows = [sg.target_index[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        return sg, rows, int(sum(p.cg.aggregated_rows() for p in pendings))
+
+    def _embeddings_reader(self):
+        return None if self.embeddings is None else self.embeddings.rows
 
     def _on_close(self, closed: ClosedBuffer) -> None:
         self.metrics.buffers_closed.labels(self.name, closed.reason).inc()
@@ -317,9 +378,9 @@ class ModelRuntime:
         closed_at = time.perf_counter()
         try:
             with self.metrics.stage(self.name, "merge"):
-                merged = merge_computation_graphs([p.cg for p in pendings])
+                graph, request_rows, separate_rows = self._merge(pendings)
             with self.metrics.stage(self.name, "execute"):
-                h, stats = self.orchestrator.run(merged.graph)
+                h, stats = self.orchestrator.run(graph, embeddings=self._embeddings_reader())
         except BaseException as exc:  # noqa: BLE001
             for p in pendings:
                 p.future.set_exception(exc)
@@ -330,10 +391,10 @@ class ModelRuntime:
             "execution": uuid.uuid4().hex,
             "closed_at": closed_at,
             "aggregated_rows": stats.aggregated_rows,
-            "separate_rows": merged.separate_rows,
+            "separate_rows": separate_rows,
             "partitions": stats.partitions,
         }
-        for p, rows in zip(pendings, merged.request_rows):
+        for p, rows in zip(pendings, request_rows):
             self._finish(p, h, rows, info)
 
     def _run_separately(self, pendings: list[Pending], info: dict | None) -> None:
@@ -346,7 +407,9 @@ class ModelRuntime:
     def _run_one(self, p: Pending, info: dict, closed_at: float) -> None:
         try:
             with self.metrics.stage(self.name, "execute"):
-                h, stats = self.orchestrator.run(p.cg)
+                h, stats = self.orchestrator.run(
+                    p.cg, overlay=p.overlay, embeddings=self._embeddings_reader()
+                )
         except BaseException as exc:  # noqa: BLE001 - delivered to the waiting request
             p.future.set_exception(exc)
             return
