@@ -15,6 +15,16 @@ its input vertices (``D_0``) in:
 - a static cache of the same number of rows holding the highest out-degree
   vertices (``degree.bin``), the usual baseline.
 
+``--prior degree,fap`` runs the replay once per prior, side by side on the
+same requests (``hit_rates``): ``degree`` is the above; ``fap`` ranks by
+Quiver's feature access probability instead: the adaptive cache's prior is the
+FAP of its top-k vertices and the static cache holds the top-FAP rows. FAP is
+computed here (sparse mat-vecs, :mod:`gnn_faas.storage.workload_metrics`) for
+the bench's fanouts from the *first* ``--fap-history`` share of the request
+order, and every prior then replays the requests *after* it, so FAP never sees
+the requests it is scored on. ``--warm`` fills each adaptive cache with its
+prior's top rows before the replay (a new instance's warm start).
+
 ``hit rate = rows served from the cache / all row lookups``. Defaults: 2 hops
 sampled with fanouts 10, 5 (FaaS-GNN serves 2-layer GCN/GAT on sampled
 neighbourhoods; a full 2-hop neighbourhood of a Higgs hub has ~31k vertices,
@@ -55,6 +65,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--degree-weight", type=float, default=None, help="cache policy: degree prior")
     p.add_argument(
+        "--prior",
+        default="degree",
+        help="cache priors to compare, comma-separated: degree, fap (default: degree)",
+    )
+    p.add_argument(
+        "--fap-history",
+        type=float,
+        default=0.5,
+        help="share of the request order FAP is computed from (with --prior fap; default 0.5)",
+    )
+    p.add_argument(
+        "--warm",
+        action="store_true",
+        help="start each adaptive cache filled with its prior's top rows",
+    )
+    p.add_argument(
         "--features",
         choices=("read", "skip"),
         default="read",
@@ -79,13 +105,11 @@ def parse_fanouts(text: str | None, hops: int) -> list[int] | None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    import resource
     import time
 
     import numpy as np
 
     from gnn_faas.errors import InvalidRequest
-    from gnn_faas.functions.feature_cache import CachePolicy, FeatureCache
     from gnn_faas.storage.fetcher import KHopFetcher
     from gnn_faas.storage.format import open_graph
 
@@ -93,26 +117,110 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise InvalidRequest("--cache-fraction must be in (0, 1]")
     if args.requests < 1 or args.batch < 1 or args.hops < 1:
         raise InvalidRequest("--requests, --batch and --hops must be >= 1")
+    priors = [x.strip() for x in str(args.prior).split(",") if x.strip()]
+    if not priors or any(p not in ("degree", "fap") for p in priors):
+        raise InvalidRequest(f"--prior must list degree and/or fap, not {args.prior!r}")
+    if not 0 < args.fap_history < 1:
+        raise InvalidRequest("--fap-history must lie in (0, 1)")
     fanouts = parse_fanouts(args.fanout, args.hops)
     graph = open_graph(args.store, args.graph)
     n = graph.num_nodes
     if not graph.has("request_order") or graph.info("request_order").shape[0] == 0:
         raise InvalidRequest(f"graph {graph.name!r} has no request order to replay")
     order = graph.read_blob("request_order").astype(np.int64)
+    skip = int(args.fap_history * order.size) if "fap" in priors else 0
+    history, order = order[:skip], order[skip:]
     requests = min(args.requests, order.size // args.batch)  # the order once, never cycled
     order = order[: requests * args.batch]
+    if requests < 1:
+        raise InvalidRequest("no request left to replay after the FAP history")
     if args.order == "random":
         order = np.random.default_rng(args.seed).permutation(order)
-    degree = graph.read_blob("degree").astype(np.int64)
-    dim = int(np.prod(graph.info("features").shape[1:], dtype=np.int64))
+    scores = {"degree": graph.read_blob("degree").astype(np.float64)}
+    t_fap = 0.0
+    if "fap" in priors:
+        from gnn_faas.storage.workload_metrics import (
+            DEFAULT_HALF_LIFE,
+            DEFAULT_UNIFORM_MIX,
+            fap,
+            request_distribution,
+        )
+
+        t0 = time.perf_counter()
+        r = request_distribution(
+            n, "request_order", history, DEFAULT_HALF_LIFE, DEFAULT_UNIFORM_MIX
+        )
+        hop_fanouts = fanouts if fanouts is not None else [-1] * args.hops
+        scores["fap"] = fap(graph.read_blob("indptr"), graph.read_blob("indices"), hop_fanouts, r)
+        t_fap = time.perf_counter() - t0
     rows = max(1, int(args.cache_fraction * n))
+    fetcher = KHopFetcher(graph)
+    # the requests' input vertices, fetched once for every prior
+    t0 = time.perf_counter()
+    lookups_by_request = []
+    for i in range(requests):
+        targets = order[i * args.batch : (i + 1) * args.batch]
+        lookups_by_request.append(
+            fetcher.fetch(targets, args.hops, fanouts=fanouts, seed=args.seed).input_nodes
+        )
+    fetch_seconds = time.perf_counter() - t0
+    results = {
+        p: replay(args, graph, fetcher, lookups_by_request, p, scores[p], rows) for p in priors
+    }
+    main = results[priors[0]]
+    lookups = main["lookups"]
+    seen = np.zeros(n, dtype=bool)
+    for ids in lookups_by_request:
+        seen[ids] = True
+    return {
+        "graph": graph.name,
+        "order": args.order,
+        "requests": requests,
+        "skipped_requests": skip,
+        "batch": args.batch,
+        "hops": args.hops,
+        "fanouts": fanouts,
+        "cache_fraction": args.cache_fraction,
+        "cache_rows": rows,
+        "decay_every": main["decay_every"],
+        "degree_weight": main["degree_weight"],
+        "features": args.features,
+        "warm": bool(args.warm),
+        "lookups": lookups,
+        "unique_rows": int(np.count_nonzero(seen)),
+        "adaptive_hit_rate": main["adaptive_hit_rate"],
+        "static_hit_rate": main["static_hit_rate"],
+        "evictions": main["evictions"],
+        "admissions": main["admissions"],
+        "peak_memory_bytes": main["peak_memory_bytes"],
+        "process_max_rss_bytes": main["process_max_rss_bytes"],
+        "hit_rates": {
+            p: {k: results[p][k] for k in ("adaptive_hit_rate", "static_hit_rate", "warmed_rows")}
+            for p in priors
+        },
+        "fap_seconds": t_fap,
+        "fetch_seconds": fetch_seconds,
+        "seconds": sum(r["seconds"] for r in results.values()) + fetch_seconds + t_fap,
+    }
+
+
+def replay(args, graph, fetcher, lookups_by_request, prior: str, score, rows: int) -> dict:
+    """One prior's replay: the adaptive cache and the static top-``score`` cache."""
+    import resource
+    import time
+
+    import numpy as np
+
+    from gnn_faas.functions.feature_cache import CachePolicy, FeatureCache
+
+    n = graph.num_nodes
+    dim = int(np.prod(graph.info("features").shape[1:], dtype=np.int64))
     defaults = CachePolicy()
     policy = CachePolicy(
         decay_every=args.decay_every or defaults.decay_every,
         degree_weight=defaults.degree_weight if args.degree_weight is None else args.degree_weight,
         max_rows=rows,
     )
-    fetcher = KHopFetcher(graph)
     if args.features == "read":
         loader = fetcher.read_features
     else:
@@ -120,42 +228,32 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         def loader(ids: np.ndarray) -> np.ndarray:
             return np.zeros((ids.size, dim), dtype=np.float32)
 
-    adaptive = FeatureCache(n, dim, degree=degree, policy=policy)
+    ranked = np.argsort(-score, kind="stable")[:rows]
+    if prior == "degree":
+        adaptive = FeatureCache(n, dim, degree=score, policy=policy)
+    else:  # the top-k FAP only, as a memory function keeps it
+        adaptive = FeatureCache(n, dim, policy=policy, prior=(ranked, score[ranked]))
+    warmed = adaptive.warm(ranked, loader) if args.warm else 0
     static = np.zeros(n, dtype=bool)
-    static[np.argsort(-degree, kind="stable")[:rows]] = True
-    seen = np.zeros(n, dtype=bool)
+    static[ranked] = True
     static_hits = lookups = peak = 0
     t0 = time.perf_counter()
-    for i in range(requests):
-        targets = order[i * args.batch : (i + 1) * args.batch]
-        cg = fetcher.fetch(targets, args.hops, fanouts=fanouts, seed=args.seed)
-        ids = cg.input_nodes
+    for ids in lookups_by_request:
         adaptive.get_rows(ids, loader)
         static_hits += int(np.count_nonzero(static[ids]))
         lookups += int(ids.size)
-        seen[ids] = True
         peak = max(peak, adaptive.bytes)
-    seconds = time.perf_counter() - t0
     figures = adaptive.as_dict()
     return {
-        "graph": graph.name,
-        "order": args.order,
-        "requests": requests,
-        "batch": args.batch,
-        "hops": args.hops,
-        "fanouts": fanouts,
-        "cache_fraction": args.cache_fraction,
-        "cache_rows": rows,
         "decay_every": policy.decay_every,
         "degree_weight": policy.degree_weight,
-        "features": args.features,
         "lookups": lookups,
-        "unique_rows": int(np.count_nonzero(seen)),
         "adaptive_hit_rate": figures["hit_rate"],
         "static_hit_rate": static_hits / lookups if lookups else 0.0,
+        "warmed_rows": warmed,
         "evictions": figures["evictions"],
         "admissions": figures["admissions"],
         "peak_memory_bytes": int(peak),
         "process_max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "seconds": seconds,
+        "seconds": time.perf_counter() - t0,
     }

@@ -50,6 +50,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument(
         "--cache-max-rows", type=int, default=None, help="hard cap on cached rows (default: none)"
     )
+    m.add_argument(
+        "--cache-prior",
+        choices=("degree", "fap"),
+        default="degree",
+        help="feature cache prior: out-degree, or Quiver's FAP blob (top-k kept, cache warmed)",
+    )
     m.set_defaults(handler=_serve_memory)
 
     c = roles.add_parser("compute", help="compute function: Update layers of one model")
@@ -92,6 +98,7 @@ def _serve_memory(args: argparse.Namespace) -> int:
         memory_mb=args.memory_mb,
         predictor=args.predictor,
         cache_max_rows=args.cache_max_rows,
+        cache_prior=args.cache_prior,
         workers=args.workers,
     )
     if args.decay_every is not None:

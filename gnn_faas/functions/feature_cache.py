@@ -14,6 +14,9 @@ degree as a prior::
 
     value(v) = freq(v) + degree_weight * log1p(out_degree(v)) / log1p(max out_degree)
 
+or, with a sparse ``prior`` such as the top-k of Quiver's feature access
+probability (``prior: fap``), ``freq(v) + degree_weight * FAP(v) / max FAP``.
+
 ``freq`` counts the requests that read ``v`` (once per request); every
 ``decay_every`` requests ALL counts are halved, so the frequency is recent.
 The degree term is at most ``degree_weight``: it ranks vertices never seen
@@ -80,6 +83,20 @@ class CachePolicy:
             raise InvalidRequest("growth must be >= 1")
 
 
+def prior_from(prior: tuple[np.ndarray, np.ndarray], num_nodes: int, weight: float) -> np.ndarray:
+    """The value prior from sparse ``(ids, scores)`` (e.g. the top-k of Quiver's FAP):
+    ``weight * score / max score`` for those ids, 0 elsewhere, in place of the
+    log-degree term (same scale, so the frequency term still dominates)."""
+    ids, scores = (np.asarray(a) for a in prior)
+    out = np.zeros(num_nodes, dtype=np.float32)
+    if ids.size and weight > 0:
+        top = float(np.max(scores)) or 1.0
+        out[ids.astype(np.int64)] = (weight * np.asarray(scores, np.float64) / top).astype(
+            np.float32
+        )
+    return out
+
+
 @dataclass
 class CacheStats:
     lookups: int = 0
@@ -126,6 +143,7 @@ class FeatureCache:
         predictor: PeakPredictor | None = None,
         policy: CachePolicy | None = None,
         baseline_bytes: int = 0,
+        prior: tuple[np.ndarray, np.ndarray] | None = None,
     ):
         self.num_nodes = int(num_nodes)
         self.dim = int(dim)
@@ -143,7 +161,9 @@ class FeatureCache:
             raise InvalidRequest(
                 f"degree has {len(degree)} entries, graph has {num_nodes} vertices"
             )
-        if degree is None or self.policy.degree_weight == 0 or self.num_nodes == 0:
+        if prior is not None:  # a sparse (ids, scores) prior, e.g. FAP's top-k: see prior_from
+            self.prior = prior_from(prior, self.num_nodes, self.policy.degree_weight)
+        elif degree is None or self.policy.degree_weight == 0 or self.num_nodes == 0:
             self.prior = np.zeros(self.num_nodes, dtype=np.float32)
         else:
             logd = np.log1p(np.asarray(degree, dtype=np.float64).clip(min=0))
@@ -245,6 +265,19 @@ class FeatureCache:
             self.rows = 0
             self._data = np.empty((0, self.dim), dtype=np.float32)
             self._slot_node = np.empty(0, dtype=np.int64)
+
+    def warm(self, ids: np.ndarray, loader: Callable[[np.ndarray], np.ndarray]) -> int:
+        """Load the rows of ``ids`` (best first, e.g. the top of the prior) into
+        free capacity before any request: a new instance starts warm. Not
+        counted as lookups. Returns the rows admitted."""
+        with self.lock:
+            ids = np.asarray(ids, dtype=np.int64)
+            ids = ids[self.slot_of[ids] < 0][: max(0, self.capacity_rows - self.rows)]
+            if ids.size == 0:
+                return 0
+            before = self.stats.admissions
+            self._admit(ids, np.asarray(loader(ids), np.float32).reshape(-1, self.dim), None)
+            return self.stats.admissions - before
 
     # -- lookups ---------------------------------------------------------------
     def get_rows(self, ids: np.ndarray, loader: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:

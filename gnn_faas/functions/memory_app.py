@@ -93,6 +93,7 @@ class MemoryFunctionConfig:
     decay_every: int = DEFAULT_DECAY_EVERY
     degree_weight: float = DEFAULT_DEGREE_WEIGHT
     cache_max_rows: int | None = None
+    cache_prior: str = "degree"  # or "fap": Quiver's feature access probability (top-k kept)
     reserve_mb: float = 0.0
     baseline_mb: float | None = None  # None: this worker's RSS once started (measured)
     workers: int = 1
@@ -253,6 +254,7 @@ class MemoryFunction:
         self.limit = detect_memory_limit(cfg.memory_mb)
         self.limit_bytes = int(self.limit.bytes / max(1, cfg.workers))
         self.predictor = load_predictor(cfg.predictor, cfg.graph, self.feature_dim)
+        prior = self._fap_prior() if cfg.cache_prior == "fap" else None
         self.cache = FeatureCache(
             self.graph.num_nodes,
             self.feature_dim,
@@ -260,16 +262,39 @@ class MemoryFunction:
             limit_bytes=self.limit_bytes,
             predictor=self.predictor,
             policy=cfg.policy(),
+            prior=prior,
         )
         # after every allocation of the start: what the worker holds before any request
         own = rss_bytes() if cfg.baseline_mb is None else int(cfg.baseline_mb * 2**20)
         self.cache.set_baseline(own + int(cfg.reserve_mb * 2**20))
+        self.warmed_rows = 0
+        if prior is not None:  # a new instance starts with the most-read rows
+            self.warmed_rows = self.cache.warm(prior[0], self._load_rows)
         self.counts = {"graph": 0, "aggregate": 0, "features": 0}
         self.debug_modules = os.environ.get("GNN_FAAS_DEBUG_MODULES", "") not in ("", "0")
         self.ready = True
 
     def _load_rows(self, ids: np.ndarray) -> np.ndarray:
         return self.fetcher.read_features(ids)
+
+    def _fap_prior(self) -> tuple[np.ndarray, np.ndarray]:
+        """The top-k of the graph's FAP blob, best first, ``k`` = the rows the
+        memory limit could ever cache (the full array is dropped: no dense
+        per-vertex state stays resident for it)."""
+        from gnn_faas.errors import NotFound
+
+        if not self.graph.has("fap"):
+            raise NotFound(
+                f"graph {self.graph.name!r} has no FAP blob for cache_prior 'fap': run "
+                f"'gnn-faas datasets metrics {self.graph.name} --fanouts ...'"
+            )
+        k = min(self.graph.num_nodes, self.limit_bytes // max(1, 4 * self.feature_dim))
+        if self.cfg.cache_max_rows is not None:
+            k = min(k, self.cfg.cache_max_rows)
+        fap = self.graph.read_blob("fap")
+        top = np.argpartition(-fap, k - 1)[:k] if 0 < k < fap.size else np.arange(k)
+        top = top[np.argsort(-fap[top], kind="stable")].astype(np.int64)
+        return top, np.array(fap[top], dtype=np.float32)
 
     # -- endpoints -------------------------------------------------------------
     def graph_request(self, tensors: dict, params: dict) -> bytes:
@@ -294,11 +319,19 @@ class MemoryFunction:
             cg = self.fetcher.fetch(targets, hops, fanouts=fanouts, seed=seed, degrees=degrees)
             return encode_frame(cg_tensors(cg), {"hops": hops, "graph": self.graph.name})
 
-        return self.cache.run(work, predicted_peak=self._graph_peak(targets.size, hops, fanouts))
+        return self.cache.run(
+            work, predicted_peak=self._graph_peak(targets.size, hops, fanouts, targets)
+        )
 
-    def _graph_peak(self, num_targets: int, hops: int, fanouts: list[int] | None) -> int:
-        """Working set of a k-hop fetch, estimated from the mean degree (a fetch
-        proves its real size only once done; a wrong guess re-executes)."""
+    def _graph_peak(
+        self, num_targets: int, hops: int, fanouts: list[int] | None, targets=None
+    ) -> int:
+        """Working set of a k-hop fetch, predicted before it: from the targets'
+        stored PSGS (Quiver) when the graph has it for these fanouts, else from
+        the mean degree (a wrong guess re-executes)."""
+        psgs = self._psgs_size(targets, hops, fanouts)
+        if psgs is not None:
+            return int(160 * psgs + (1 << 20))  # per tree entry: an edge (96) and a node (64)
         n = self.graph.num_nodes
         mean_deg = self.graph.num_edges / max(1, n)
         nodes = frontier = float(num_targets)
@@ -309,6 +342,17 @@ class MemoryFunction:
             frontier = min(n, frontier * f)
             nodes = min(n, nodes + frontier)
         return int(96 * edges + 64 * nodes + (1 << 20))
+
+    def _psgs_size(self, targets, hops: int, fanouts: list[int] | None) -> float | None:
+        from gnn_faas.storage.workload_metrics import predicted_size, stored_fanouts
+
+        stored = stored_fanouts(self.graph)
+        if targets is None or stored is None or len(stored) != hops:
+            return None
+        want = [-1 if f is None or f < 0 else f for f in (fanouts or [-1] * hops)]
+        if want != stored:
+            return None
+        return predicted_size(self.graph, self.fetcher.reader, targets)
 
     def aggregate_request(self, tensors: dict, params: dict) -> bytes:
         call = parse_aggregate(tensors, params)
@@ -381,6 +425,8 @@ class MemoryFunction:
             "actual_peak_bytes": cache["actual_peak_bytes"],
             "reexecutions": cache["reexecutions"],
             "predictor": "mlp" if self.predictor is not None else "analytic",
+            "cache_prior": self.cfg.cache_prior,
+            "warmed_rows": self.warmed_rows,
         }
         if self.debug_modules:
             out["torch_loaded"] = "torch" in sys.modules

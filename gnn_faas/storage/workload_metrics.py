@@ -15,7 +15,12 @@ draws). For fanouts ``f_1..f_L`` (hop 1 expands the targets):
   bounds its vertices (the fetch merges repeats).
 - **FAP** (feature access probability) of a vertex ``u``: the probability that
   a request reads ``u``'s feature row, for single-target requests drawn from
-  ``r`` (uniform, or the graph's real request order). ``p_0 = r``,
+  ``r``: uniform, or the graph's real request order, where request ``i`` of
+  ``T`` weighs ``2^{-(T-1-i)/half_life}`` (recent requests count most: request
+  streams drift) and the result is mixed with the uniform distribution
+  (``(1 - m) r_order + m / N``; defaults ``half_life = 2%`` of the order and
+  ``m = 0.5``, picked on the Higgs retweet and Bitcoin OTC orders, where they
+  beat both the plain order and the uniform distribution). ``p_0 = r``,
   ``p_h = S_h^T p_{h-1}`` (clipped at 1: expected hits may exceed one through
   several paths), ``FAP = 1 - Π_h (1 - p_h)``. ``Σ_u p_h(u) = Σ_t r(t)
   (S_1..S_h 1)(t)``: the request-weighted PSGS of hop ``h``.
@@ -37,6 +42,8 @@ from gnn_faas.errors import InvalidRequest
 from gnn_faas.storage.format import MANIFEST, BlobInfo, GraphHandle, Manifest
 
 DISTRIBUTIONS = ("uniform", "request_order")
+DEFAULT_HALF_LIFE = 0.02  # share of the request order
+DEFAULT_UNIFORM_MIX = 0.5
 
 
 def sampling_matrix(indptr: np.ndarray, indices: np.ndarray, fanout: int | None) -> sp.csr_matrix:
@@ -66,16 +73,30 @@ def psgs(indptr: np.ndarray, indices: np.ndarray, fanouts: Sequence[int | None])
 
 
 def request_distribution(
-    num_nodes: int, kind: str = "uniform", request_order: np.ndarray | None = None
+    num_nodes: int,
+    kind: str = "uniform",
+    request_order: np.ndarray | None = None,
+    half_life: float | None = None,
+    uniform_mix: float = 0.0,
 ) -> np.ndarray:
-    """``r``: the probability that a request targets each vertex."""
+    """``r``: the probability that a request targets each vertex.
+    ``half_life`` (a share of the order; ``None``: no decay) and
+    ``uniform_mix`` as in the module docstring."""
+    uniform = np.full(num_nodes, 1.0 / max(1, num_nodes))
     if kind == "uniform":
-        return np.full(num_nodes, 1.0 / max(1, num_nodes))
+        return uniform
     if kind == "request_order":
         if request_order is None or request_order.size == 0:
             raise InvalidRequest("the graph has no request order: use the uniform distribution")
-        counts = np.bincount(np.asarray(request_order, np.int64), minlength=num_nodes)
-        return counts / counts.sum()
+        if not 0.0 <= uniform_mix <= 1.0:
+            raise InvalidRequest("uniform_mix must lie in [0, 1]")
+        order = np.asarray(request_order, np.int64)
+        weights = None
+        if half_life is not None:
+            age = np.arange(order.size - 1, -1, -1, dtype=np.float64)
+            weights = np.exp2(-age / max(half_life * order.size, 1e-9))
+        counts = np.bincount(order, weights=weights, minlength=num_nodes)
+        return (1.0 - uniform_mix) * counts / counts.sum() + uniform_mix * uniform
     raise InvalidRequest(f"request distribution must be one of {DISTRIBUTIONS}, got {kind!r}")
 
 
@@ -110,7 +131,9 @@ def compute_and_store(
     order = graph.read_blob("request_order") if graph.has("request_order") else None
     if distribution is None:
         distribution = "request_order" if order is not None and order.size else "uniform"
-    r = request_distribution(graph.num_nodes, distribution, order)
+    r = request_distribution(
+        graph.num_nodes, distribution, order, DEFAULT_HALF_LIFE, DEFAULT_UNIFORM_MIX
+    )
     arrays = {"psgs": psgs(indptr, indices, fanouts), "fap": fap(indptr, indices, fanouts, r)}
     blobs = dict(graph.manifest.blobs)
     for key, arr in arrays.items():
@@ -124,6 +147,8 @@ def compute_and_store(
     meta = {
         "fanouts": [-1 if f is None else int(f) for f in fanouts],
         "fap_distribution": distribution,
+        "fap_half_life": DEFAULT_HALF_LIFE,
+        "fap_uniform_mix": DEFAULT_UNIFORM_MIX,
     }
     extra = {**graph.manifest.extra, "workload_metrics": meta}
     manifest: Manifest = dataclasses.replace(graph.manifest, blobs=blobs, extra=extra)

@@ -48,6 +48,11 @@ def test_fap_sums_and_ranks_by_hand():
     assert f3.argmax() == 3 and f3[2] == pytest.approx(1 - (1 - 0.125))
     with pytest.raises(InvalidRequest):
         request_distribution(4, "request_order", None)
+    # recency: with a half-life of 1/4 of 4 requests, each older request weighs half
+    rd = request_distribution(4, "request_order", np.array([0, 1, 2, 2]), half_life=0.25)
+    np.testing.assert_allclose(rd, np.array([1 / 8, 1 / 4, 1 / 2 + 1, 0]) / (15 / 8))
+    mixed = request_distribution(4, "request_order", np.array([3]), uniform_mix=0.5)
+    np.testing.assert_allclose(mixed, [1 / 8, 1 / 8, 1 / 8, 1 / 2 + 1 / 8])
 
 
 @pytest.fixture(scope="module")
