@@ -68,3 +68,17 @@ def store_uri(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
         uri = f"{request.getfixturevalue('redis_url')}?prefix={ns}/"
     yield uri
     _clear(uri)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """``@pytest.mark.gpu`` tests skip, saying why, where no CUDA device is visible."""
+    gpu_items = [i for i in items if i.get_closest_marker("gpu") is not None]
+    if not gpu_items:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device: torch.cuda.is_available() is False")
+    for item in gpu_items:
+        item.add_marker(skip)

@@ -66,7 +66,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         threads_default=None,
     )
     c.add_argument("--http-threads", type=int, default=4, help="HTTP threads per worker")
-    c.add_argument("--device", default=None, help="torch device (default: cuda if present)")
+    c.add_argument(
+        "--device",
+        default="auto",
+        help="auto (CUDA when visible, else CPU; default), cpu, cuda or cuda:N",
+    )
     c.set_defaults(handler=_serve_compute)
 
 
@@ -131,7 +135,10 @@ def _serve_compute(args: argparse.Namespace) -> int:
     from gnn_faas.functions.gunicorn_runner import ServerConfig, serve
 
     _check(args)
+    from gnn_faas.functions.device import parse_device
+
     load_config(args.model)  # fail fast with one line (no torch: config only)
+    args.device = parse_device(args.device)  # spelling only: CUDA is asked in the worker
     model_dir, device, workers = args.model, args.device, args.workers
     threads = args.threads
 

@@ -1,9 +1,12 @@
 """The compute function: Update stages of one model over HTTP (torch).
 
-It loads only the checkpoint's layer weights (no graph), on CUDA when present
-and otherwise on the CPU with ``GNN_FAAS_THREADS`` intra-op threads per worker
-(default: cores / workers), set in the worker after the fork (the gunicorn
-master never imports torch).
+It loads only the checkpoint's layer weights (no graph) onto the device that
+``device`` (``auto``: CUDA when visible; ``cpu``; ``cuda[:N]``; see
+:mod:`gnn_faas.functions.device`) selects, in the worker after the fork (the
+gunicorn master never imports torch, so no CUDA context crosses a fork). The
+weights stay resident on the device; each request's batch is moved there once
+and its answer back once (``/v1/stats`` ``transfers``). On the CPU it runs
+``GNN_FAAS_THREADS`` intra-op threads per worker (default: cores / workers).
 
 Endpoints (frames are ``application/x-gnn-faas-frame``):
 
@@ -111,6 +114,7 @@ def create_compute_app(
                 "pid": os.getpid(),
                 "device": str(model.device),
                 "threads": n_threads,
+                "transfers": model.transfers.as_dict(),
                 "requests": sum(counts.values()),
                 "requests_by_stage": dict(counts),
                 "http": timer.as_dict(),

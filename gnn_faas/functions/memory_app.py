@@ -374,9 +374,11 @@ class MemoryFunction:
         self.fetcher.check_ids(call.src_ids[stored], "src_ids")
         n_new = int(call.src_ids.size - np.count_nonzero(stored))
         if call.h is None and n_new != (0 if call.new_x is None else call.new_x.shape[0]):
+            shown = ", ".join(str(v) for v in call.src_ids[~stored][:5])
             raise InvalidRequest(
-                f"src_ids name {n_new} new vertices (ids >= {self.graph.num_nodes}); "
-                f"new_x must give one row for each"
+                f"src_ids out of range [0, {self.graph.num_nodes}) for graph "
+                f"{self.graph.name!r}: {shown}; a new-vertex request's {n_new} ids beyond "
+                "the graph need one new_x row each"
             )
         if call.new_x is not None and call.new_x.shape[1:] != (self.feature_dim,):
             raise InvalidRequest(f"new_x rows must have width {self.feature_dim}")

@@ -35,6 +35,21 @@ def best_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+class TransferStats:
+    """Host<->device traffic of the Update stages: each input batch is moved to
+    the device once, each answer back once (on the CPU the "moves" are the
+    same calls, counted the same way)."""
+
+    def __init__(self) -> None:
+        self.to_device = 0
+        self.from_device = 0
+        self.bytes_to_device = 0
+        self.bytes_from_device = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
 def _rows(a: np.ndarray, name: str, width: int | None = None, ndim: int = 2) -> np.ndarray:
     if not isinstance(a, np.ndarray):
         raise InvalidRequest(f"{name} must be a numpy array")
@@ -53,14 +68,19 @@ class UpdateModel:
         self.config = config
         self.plan = ModelPlan.from_config(config)
         self.device = torch.device(device)
+        # weights resident on the device for the instance's lifetime
         self.w = {
             k: v.detach().to(self.device, torch.float32).contiguous() for k, v in state.items()
         }
+        self.transfers = TransferStats()
 
     @classmethod
     def load(cls, ckpt_dir: str | os.PathLike, device: str | None = None) -> UpdateModel:
-        """Load a checkpoint directory onto ``device`` (CUDA if available, else CPU)."""
-        return cls(load_config(ckpt_dir), load_state(ckpt_dir), device or best_device())
+        """Load a checkpoint directory onto ``device`` (``auto``/``None``: CUDA if
+        visible, else CPU; see :mod:`gnn_faas.functions.device`)."""
+        from gnn_faas.functions.device import select_device
+
+        return cls(load_config(ckpt_dir), load_state(ckpt_dir), select_device(device))
 
     # -- helpers ---------------------------------------------------------------
     def _step(self, layer: int) -> LayerStep:
@@ -70,11 +90,24 @@ class UpdateModel:
         return self.w[f"convs.{layer - 1}.{name}"]
 
     def _t(self, a: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)).to(self.device)
+        """One host->device move of a batch (a read-only frame view is copied
+        once on the host first: torch wants writable memory)."""
+        a = np.ascontiguousarray(a, dtype=np.float32)
+        if not a.flags.writeable:
+            a = a.copy()
+        t = torch.from_numpy(a)
+        self.transfers.to_device += 1
+        self.transfers.bytes_to_device += a.nbytes
+        if self.device.type == "cuda":
+            return t.pin_memory().to(self.device, non_blocking=True)
+        return t
 
-    @staticmethod
-    def _np(t: torch.Tensor) -> np.ndarray:
-        return t.to("cpu", torch.float32).numpy()
+    def _np(self, t: torch.Tensor) -> np.ndarray:
+        """One device->host move of an answer."""
+        out = t.to("cpu", torch.float32).numpy()
+        self.transfers.from_device += 1
+        self.transfers.bytes_from_device += out.nbytes
+        return out
 
     # -- stages ----------------------------------------------------------------
     def pre(self, layer: int, h: np.ndarray) -> dict[str, np.ndarray]:

@@ -56,6 +56,7 @@ class RunStats:
     aggregate_seconds: float = 0.0
     update_seconds: float = 0.0
     wall_seconds: float = 0.0
+    device: str = "cpu"  # where Update ran (see Orchestrator.compute_pool_for)
     # partitions finish on pool threads at once: their figures add up under a lock
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -130,10 +131,15 @@ class Orchestrator:
         budget_bytes: int,
         runtime_bytes: int = 0,
         clients: ClientCache | None = None,
+        gpu_compute_pool=None,
+        placement=None,
     ):
         self.plan = plan
         self.memory_pool = memory_pool
         self.compute_pool = compute_pool
+        # optional: compute functions on a GPU, chosen per run by an UpdatePlacement
+        self.gpu_compute_pool = gpu_compute_pool
+        self.placement = placement
         self.budget_bytes = int(budget_bytes)
         self.runtime_bytes = int(runtime_bytes)
         self.clients = clients or ClientCache()
@@ -142,8 +148,17 @@ class Orchestrator:
     def _memory(self, fn) -> Future:
         return self.memory_pool.submit(lambda inst: fn(self.clients.memory(inst.url)))
 
-    def _compute(self, fn) -> Future:
-        return self.compute_pool.submit(lambda inst: fn(self.clients.compute(inst.url)))
+    def _compute(self, fn, pool=None) -> Future:
+        pool = pool or self.compute_pool
+        return pool.submit(lambda inst: fn(self.clients.compute(inst.url)))
+
+    def compute_pool_for(self, predicted_rows: float) -> tuple[object, str]:
+        """``(pool, device)`` of a run's Update: the GPU pool when there is one and
+        the placement says the run (``predicted_rows``) is big enough."""
+        if self.gpu_compute_pool is None or self.placement is None:
+            return self.compute_pool, "cpu"
+        device = self.placement.choose(predicted_rows)
+        return (self.gpu_compute_pool if device == "cuda" else self.compute_pool), device
 
     def features(self, ids: np.ndarray, overlay: GraphOverlay | None = None) -> np.ndarray:
         """Input rows of ``ids``: stored ones from a memory function, a new-vertex
@@ -173,6 +188,7 @@ class Orchestrator:
         extras: dict[str, np.ndarray],
         stats: RunStats,
         overlay: GraphOverlay | None = None,
+        pool=None,
     ) -> Future:
         sub, src_sel = compact_rows(block, start, stop)
         tensors: dict[str, np.ndarray] = {}
@@ -220,7 +236,7 @@ class Orchestrator:
                 stats.add(update_seconds=time.perf_counter() - t0)
                 return res
 
-            return self._compute(post)
+            return self._compute(post, pool)
 
         return _chain(self._memory(aggregate), update)
 
@@ -229,6 +245,7 @@ class Orchestrator:
         cg: ComputationGraph,
         overlay: GraphOverlay | None = None,
         embeddings=None,
+        predicted_rows: float | None = None,
     ) -> tuple[np.ndarray, RunStats]:
         """Outputs of the last layer for ``cg``'s unique targets, and figures.
 
@@ -236,8 +253,12 @@ class Orchestrator:
         was fetched with it). ``cg`` may be an
         :class:`~gnn_faas.storage.srpe_graph.SrpeGraph`, whose boundary rows
         ``embeddings(l, ids)`` reads from the store at every layer ``l >= 2``.
+        ``predicted_rows`` (e.g. ``Σ PSGS`` of the targets; default: the
+        graph's aggregated rows) places Update on the CPU or GPU pool.
         """
         stats = RunStats()
+        rows = cg.aggregated_rows() if predicted_rows is None else predicted_rows
+        pool, stats.device = self.compute_pool_for(rows)
         t_start = time.perf_counter()
         h: np.ndarray | None = None
         for step in self.plan.steps:
@@ -246,7 +267,7 @@ class Orchestrator:
             extras: dict[str, np.ndarray] = {}
             if step.pre:
                 x = h if h is not None else self.features(cg.nodes[: block.num_src], overlay)
-                pre = self._compute(lambda c, x=x, s=step: c.pre(s.layer, x)).result()
+                pre = self._compute(lambda c, x=x, s=step: c.pre(s.layer, x), pool).result()
                 h = pre["h"]
                 extras = {k: v for k, v in pre.items() if k != "h"}
             row_in = step.src_dim * 4
@@ -254,7 +275,7 @@ class Orchestrator:
             parts = partition_layer(block, row_in, row_out, self.budget_bytes, self.runtime_bytes)
             stats.partitions.append(len(parts))
             futures = [
-                self._part(step, block, a, b, cg, h, extras, stats, overlay) for a, b in parts
+                self._part(step, block, a, b, cg, h, extras, stats, overlay, pool) for a, b in parts
             ]
             h = np.concatenate([f.result() for f in futures]) if futures else h
             stats.aggregated_rows += block.num_dst

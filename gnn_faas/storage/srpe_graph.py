@@ -6,7 +6,9 @@ the stored embeddings ``p_u^(l)`` of the queries' direct in-neighbours instead
 and recomputes only a budget ``γ`` of them, the *candidates*
 ``C = N(Q) \\ Q``, chosen by a :mod:`~gnn_faas.storage.recompute_policy`:
 
-- vertices ``nodes = [Q, R, B]``: the queries, the recomputed candidates ``R``,
+- vertices ``nodes = [Q, R, B]``: the queries (the requested targets, then
+  any other new vertex of the request: none has a stored embedding), the
+  recomputed candidates ``R``,
   and the boundary ``B = (N(Q) ∪ N(R)) \\ (Q ∪ R)``;
 - layer ``l < L`` computes ``h^(l)`` of ``Q ∪ R`` (the first ``|Q| + |R|``
   rows) from the sources ``Q ∪ R ∪ B``: rows of ``Q ∪ R`` are the previous
@@ -138,6 +140,11 @@ def build_srpe_graph(
     rank = np.empty_like(by_first)
     rank[by_first] = np.arange(by_first.size)
     target_index = rank[inverse].astype(np.int64)
+    if overlay is not None:
+        # every new vertex is a query (OMEGA's query batch): it has no stored
+        # embedding to reuse; those not requested follow the requested ones
+        extra = overlay.new_ids[~np.isin(overlay.new_ids, queries)]
+        queries = np.concatenate((queries, extra))
 
     # the queries' in-neighbours: stored lists (stored queries) then added edges
     n_stored = fetcher.graph.num_nodes
@@ -151,8 +158,6 @@ def build_srpe_graph(
     cq, nq = merge_segments(c_s, n_s, c_o, n_o)
     in_q = np.isin(nq, queries)
     cand = np.unique(nq[~in_q])
-    if cand.size and overlay is not None and overlay.is_new(cand).any():
-        raise InvalidRequest("internal: a new vertex is a candidate but not a query")
 
     # |N_Q(u)|: in-edges of u from the queries. Added edges are exact; stored
     # ones are the reverse of the queries' stored lists (exact on symmetrised

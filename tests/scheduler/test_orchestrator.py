@@ -130,3 +130,76 @@ def test_partitioned_pipelined_run_equals_run_layers(tmp_path, name):
     # pipelining: partition 0's Update started while later partitions still waited
     # for their Aggregate (each later Aggregate found the first Update running)
     assert memory.waits and all(memory.waits)
+
+
+class RealMemoryFunction:
+    """The memory function's own request path (frames in, frames out), in process."""
+
+    def __init__(self, fn):
+        from gnn_faas.functions.client import MemoryClient
+
+        self.fn = fn
+        self.client = MemoryClient("inproc://memory")
+
+    def aggregate(self, op, block, src_ids, h=None, extras=None, **kw):
+        from gnn_faas.functions.wire import decode_frame
+
+        captured = {}
+
+        def post_frame(path, tensors, params):
+            captured["tensors"] = tensors
+            body = self.fn.aggregate_request(tensors, params)
+            return decode_frame(body, max_bytes=len(body))
+
+        self.client.post_frame = post_frame
+        out = self.client.aggregate(op, block, src_ids, h, extras, **kw)
+        self.last_tensors = captured["tensors"]
+        return out
+
+    def features(self, ids):
+        from gnn_faas.functions.wire import decode_frame
+
+        body = self.fn.features_request({"ids": np.asarray(ids, np.int64)}, {})
+        return decode_frame(body, max_bytes=len(body))[0]["x"]
+
+
+@pytest.mark.parametrize("name", ["gcn", "gat"])
+def test_new_vertices_and_srpe_through_the_orchestrator(tmp_path, name):
+    """A new-vertex request's rows travel to the real memory function (new_x);
+    precomputed serving reads the boundary's stored rows; both equal run_layers."""
+    from gnn_faas.functions.memory_app import MemoryFunction, MemoryFunctionConfig
+    from gnn_faas.functions.precompute import precompute
+    from gnn_faas.storage.embeddings import EmbeddingStore, checkpoint_sha256
+    from gnn_faas.storage.overlay import GraphOverlay
+    from gnn_faas.storage.srpe_graph import build_srpe_graph
+    from tests.storage.test_overlay import new_request
+
+    fetcher = cora_fetcher(tmp_path / "store")
+    _, update = make_model(name, 2, fetcher, tmp_path)
+    plan = ModelPlan.from_config(update.config)
+    N = fetcher.graph.num_nodes
+    feats, edges = new_request(fetcher, n=3, seed=4)
+    ov = GraphOverlay.build(N, feats, edges, symmetrize=True)
+    fn = MemoryFunction(
+        MemoryFunctionConfig(store=f"file://{tmp_path / 'store'}", graph="cora", memory_mb=512)
+    )
+    memory = RealMemoryFunction(fn)
+    clients = InProcessClients(memory, InProcessCompute(update, [], threading.Event()))
+    orch = Orchestrator(
+        plan, InProcessPool("m", 1), InProcessPool("c"), budget_bytes=256 * 1024, clients=clients
+    )
+    targets = np.array([N, N + 2, 17])
+    cg = fetcher.fetch(targets, 2, degrees=True, overlay=ov)
+    expected = run_layers(plan, cg, LocalTransport(fetcher, update, overlay=ov))
+    got, stats = orch.run(cg, overlay=ov)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    assert stats.device == "cpu"
+    if name == "gcn":  # layer 1 aggregated on the memory side, new rows shipped along
+        assert stats.partitions[0] > 1 and fn.counts["aggregate"] >= stats.partitions[0]
+
+    precompute(fetcher.graph, tmp_path / "ckpt", "m")
+    emb = EmbeddingStore.open(fetcher.graph, "m", checkpoint_sha256(tmp_path / "ckpt"))
+    sg = build_srpe_graph(fetcher, targets, 2, 0.5, overlay=ov)
+    expected = run_layers(plan, sg, LocalTransport(fetcher, update, overlay=ov), emb.rows)
+    got, _ = orch.run(sg, overlay=ov, embeddings=emb.rows)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
