@@ -22,7 +22,10 @@ FAP of its top-k vertices and the static cache holds the top-FAP rows. FAP is
 computed here (sparse mat-vecs, :mod:`gnn_faas.storage.workload_metrics`) for
 the bench's fanouts from the *first* ``--fap-history`` share of the request
 order, and every prior then replays the requests *after* it, so FAP never sees
-the requests it is scored on. ``--warm`` fills each adaptive cache with its
+the requests it is scored on. ``--fap-refresh N`` recomputes FAP every ``N``
+replayed requests from every request seen so far (as a deployment re-running
+``gnn-faas datasets metrics`` would), updating the adaptive prior and the
+static set. ``--warm`` fills each adaptive cache with its
 prior's top rows before the replay (a new instance's warm start).
 
 ``hit rate = rows served from the cache / all row lookups``. Defaults: 2 hops
@@ -74,6 +77,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=0.5,
         help="share of the request order FAP is computed from (with --prior fap; default 0.5)",
+    )
+    p.add_argument(
+        "--fap-refresh",
+        type=int,
+        default=0,
+        help="recompute FAP every N replayed requests from all requests so far (0: never)",
     )
     p.add_argument(
         "--warm",
@@ -137,6 +146,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.order == "random":
         order = np.random.default_rng(args.seed).permutation(order)
     scores = {"degree": graph.read_blob("degree").astype(np.float64)}
+    refresh = None
     t_fap = 0.0
     if "fap" in priors:
         from gnn_faas.storage.workload_metrics import (
@@ -146,13 +156,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             request_distribution,
         )
 
-        t0 = time.perf_counter()
-        r = request_distribution(
-            n, "request_order", history, DEFAULT_HALF_LIFE, DEFAULT_UNIFORM_MIX
-        )
+        indptr, indices = graph.read_blob("indptr"), graph.read_blob("indices")
         hop_fanouts = fanouts if fanouts is not None else [-1] * args.hops
-        scores["fap"] = fap(graph.read_blob("indptr"), graph.read_blob("indices"), hop_fanouts, r)
+
+        def fap_of(seen: np.ndarray) -> np.ndarray:
+            r = request_distribution(
+                n, "request_order", seen, DEFAULT_HALF_LIFE, DEFAULT_UNIFORM_MIX
+            )
+            return fap(indptr, indices, hop_fanouts, r)
+
+        t0 = time.perf_counter()
+        scores["fap"] = fap_of(history)
         t_fap = time.perf_counter() - t0
+        if args.fap_refresh > 0:
+
+            def refresh(i: int) -> np.ndarray:  # FAP after the first i replayed requests
+                return fap_of(np.concatenate((history, order[: i * args.batch])))
+
     rows = max(1, int(args.cache_fraction * n))
     fetcher = KHopFetcher(graph)
     # the requests' input vertices, fetched once for every prior
@@ -165,7 +185,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
     fetch_seconds = time.perf_counter() - t0
     results = {
-        p: replay(args, graph, fetcher, lookups_by_request, p, scores[p], rows) for p in priors
+        p: replay(
+            args,
+            graph,
+            fetcher,
+            lookups_by_request,
+            p,
+            scores[p],
+            rows,
+            refresh if p == "fap" else None,
+        )
+        for p in priors
     }
     main = results[priors[0]]
     lookups = main["lookups"]
@@ -186,6 +216,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "degree_weight": main["degree_weight"],
         "features": args.features,
         "warm": bool(args.warm),
+        "fap_refresh": args.fap_refresh,
         "lookups": lookups,
         "unique_rows": int(np.count_nonzero(seen)),
         "adaptive_hit_rate": main["adaptive_hit_rate"],
@@ -204,7 +235,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def replay(args, graph, fetcher, lookups_by_request, prior: str, score, rows: int) -> dict:
+def replay(
+    args, graph, fetcher, lookups_by_request, prior: str, score, rows: int, refresh=None
+) -> dict:
     """One prior's replay: the adaptive cache and the static top-``score`` cache."""
     import resource
     import time
@@ -238,7 +271,13 @@ def replay(args, graph, fetcher, lookups_by_request, prior: str, score, rows: in
     static[ranked] = True
     static_hits = lookups = peak = 0
     t0 = time.perf_counter()
-    for ids in lookups_by_request:
+    for i, ids in enumerate(lookups_by_request):
+        if refresh is not None and i and i % args.fap_refresh == 0:
+            fresh = refresh(i)
+            ranked = np.argsort(-fresh, kind="stable")[:rows]
+            adaptive.set_prior((ranked, fresh[ranked]))
+            static[:] = False
+            static[ranked] = True
         adaptive.get_rows(ids, loader)
         static_hits += int(np.count_nonzero(static[ids]))
         lookups += int(ids.size)

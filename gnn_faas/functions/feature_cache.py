@@ -266,6 +266,12 @@ class FeatureCache:
             self._data = np.empty((0, self.dim), dtype=np.float32)
             self._slot_node = np.empty(0, dtype=np.int64)
 
+    def set_prior(self, prior: tuple[np.ndarray, np.ndarray]) -> None:
+        """Replace the prior by a fresh sparse ``(ids, scores)`` (e.g. FAP recomputed
+        over recent requests); residents are re-ranked from then on."""
+        with self.lock:
+            self.prior = prior_from(prior, self.num_nodes, self.policy.degree_weight)
+
     def warm(self, ids: np.ndarray, loader: Callable[[np.ndarray], np.ndarray]) -> int:
         """Load the rows of ``ids`` (best first, e.g. the top of the prior) into
         free capacity before any request: a new instance starts warm. Not
