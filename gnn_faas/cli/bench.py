@@ -19,6 +19,7 @@ BENCHMARKS = {
     "cache": "adaptive feature cache against a static top-degree cache (FaaS-GNN 4.3)",
     "coldstart": "function instances from process start to ready, and their memory",
     "e2e": "end to end over the Twitter trace: gnn_faas vs request-centric vs no sharing",
+    "srpe": "precomputed embeddings with selective recomputation vs exact serving (OMEGA)",
 }
 
 

@@ -198,7 +198,14 @@ def build_srpe_graph(
     counts = np.concatenate((cq, c_r))
     indptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
     indices = local(np.concatenate((nq, n_r))).astype(np.int64)
-    in_degree = np.concatenate((cq, c_r, fetcher.in_degrees(boundary, overlay))).astype(np.int64)
+    # boundary degrees: the candidates' are known; one more read for the rest
+    deg_b = np.zeros(boundary.size, np.int64)
+    pos_b = np.searchsorted(cand, boundary)
+    known = (pos_b < cand.size) & (cand[np.minimum(pos_b, max(cand.size - 1, 0))] == boundary)
+    deg_b[known] = deg_c[pos_b[known]]
+    if (~known).any():
+        deg_b[~known] = fetcher.in_degrees(boundary[~known], overlay)
+    in_degree = np.concatenate((cq, c_r, deg_b)).astype(np.int64)
     return SrpeGraph(
         nodes=nodes,
         num_queries=int(queries.size),
