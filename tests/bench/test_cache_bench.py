@@ -47,3 +47,15 @@ def test_options_and_errors(store, capsys):
     assert main(argv) == 2  # one fanout for two hops: a one-line error
     assert "one value per hop" in capsys.readouterr().err
     assert main([*argv[:-2], "--cache-fraction", "0"]) == 2
+
+
+def test_priors_side_by_side(store, capsys):
+    r = bench(store, capsys, "--requests", "200", "--prior", "degree,fap", "--fap-refresh", "50",
+              "--warm", "--features", "skip")  # fmt: skip
+    assert set(r["hit_rates"]) == {"degree", "fap"}
+    assert r["skipped_requests"] > 0 and r["requests"] == 200  # FAP never sees the replay
+    for h in r["hit_rates"].values():
+        assert 0 <= h["static_hit_rate"] <= 1 and 0 <= h["adaptive_hit_rate"] <= 1
+        assert h["warmed_rows"] == r["cache_rows"]
+    assert r["adaptive_hit_rate"] == r["hit_rates"]["degree"]["adaptive_hit_rate"]
+    assert main(["bench", "cache", "--store", store, "--graph", "bitcoin-otc", "--prior", "x"]) == 2

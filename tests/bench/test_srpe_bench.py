@@ -1,0 +1,25 @@
+"""``gnn-faas bench srpe`` on Cora (OMEGA's protocol, small)."""
+
+from __future__ import annotations
+
+import json
+
+from gnn_faas.cli import main
+
+
+def test_srpe_bench_on_cora(tmp_path, capsys):
+    argv = ["bench", "srpe", "--graph", "cora", "--store", f"file://{tmp_path}", "--queries", "30",
+            "--budgets", "0,1", "--policies", "query_edge_ratio,random", "--epochs", "30",
+            "--repeat", "1", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["queries"] == 30 and r["accuracy_kind"] == "labels"
+    assert 0 <= r["exact"]["accuracy"] <= 1 and r["exact"]["p50_ms"] > 0
+    for policy in ("query_edge_ratio", "random"):
+        full = r["policies"][policy]["1"]
+        # budget 1 recomputes every candidate: the answers are exact serving's
+        assert full["agreement_with_exact"] == 1.0
+        assert full["accuracy"] == r["exact"]["accuracy"]
+        none = r["policies"][policy]["0"]
+        assert none["recomputed_mean"] == 0 and none["rows_mean"] <= full["rows_mean"]
+    assert main(["bench", "srpe", "--graph", "cora", "--budgets", "2"]) == 2
