@@ -12,6 +12,7 @@ Example::
     gateway: {port: 8080}
     platform: {keep_alive_s: 600, memory_function_mb: 512}
     buffers: {num_buffers: 4}
+    limits: {max_body_bytes: 16777216, max_json_depth: 16}
     models:
       - name: bitcoin-otc
         graph: bitcoin-otc
@@ -42,7 +43,42 @@ class GatewayConfig:
     port: int = 8080
     threads: int = 32
     request_timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    """Bounds on one inference request, checked before any work starts.
+
+    Every check costs time and memory in proportion to the request's own size
+    (bytes, number of values), never to the values it holds: vertex ids are
+    checked against the graph's ``num_nodes``, graph ids against the number of
+    vertices in the same request, element counts (the product of a declared
+    shape) against the per-model ``max_targets`` before ``data`` is read.
+
+    - ``max_body_bytes``: the whole HTTP body, JSON and binary tensor data (413);
+    - ``max_json_depth``: nesting of JSON arrays and objects (a rank-2 ``data``
+      inside the request is depth 5);
+    - ``max_inputs`` / ``max_outputs``: entries of ``inputs`` / ``outputs``;
+    - ``max_rank``: entries of a ``shape``;
+    - ``max_id_chars``: length of the request ``id`` and of every name;
+    - ``max_parameters``: entries of a ``parameters`` object.
+
+    YAML: a ``limits:`` section, e.g. ``limits: {max_body_bytes: 1048576}``.
+    """
+
     max_body_bytes: int = 16 * 1024 * 1024
+    max_json_depth: int = 16
+    max_inputs: int = 8
+    max_outputs: int = 8
+    max_rank: int = 4
+    max_id_chars: int = 256
+    max_parameters: int = 32
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise InvalidRequest(f"limits.{f.name} must be a positive integer, got {v!r}")
 
 
 @dataclass(frozen=True)
@@ -109,7 +145,7 @@ class ModelServingConfig:
     epochs: int = 100
     slo_s: float = 0.3
     fanouts: tuple[int, ...] | None = None
-    max_targets: int = 1024
+    max_targets: int = 1024  # most vertex ids one request may name (see LimitsConfig)
     mode: str = "graph_sharing"
 
 
@@ -119,6 +155,7 @@ class ServingConfig:
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
     platform: PlatformConfig = field(default_factory=PlatformConfig)
     buffers: BufferSettings = field(default_factory=BufferSettings)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
     models: tuple[ModelServingConfig, ...] = (ModelServingConfig(),)
 
     def __post_init__(self):
@@ -132,6 +169,8 @@ class ServingConfig:
                 raise InvalidRequest(f"model {m.name!r}: mode must be one of {MODES}")
             if m.slo_s <= 0:
                 raise InvalidRequest(f"model {m.name!r}: slo_s must be positive")
+            if isinstance(m.max_targets, bool) or m.max_targets < 1:
+                raise InvalidRequest(f"model {m.name!r}: max_targets must be a positive integer")
 
     def model(self, name: str) -> ModelServingConfig:
         for m in self.models:

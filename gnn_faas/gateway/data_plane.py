@@ -34,7 +34,9 @@ from gnn_faas.functions.layer_plan import ModelPlan
 from gnn_faas.gateway.buffer_pool import ClosedBuffer, MultiBufferPool
 from gnn_faas.gateway.inference_request import (
     InferenceRequest,
-    make_infer_response,
+    InferResponse,
+    RawInferRequest,
+    model_signature,
     parse_infer_request,
 )
 from gnn_faas.gateway.load_aware_queue import FunctionPool
@@ -216,17 +218,10 @@ class ModelRuntime:
             "name": self.name,
             "versions": ["1"],
             "platform": "gnn-faas",
-            "inputs": [
-                {"name": "targets", "datatype": "INT64", "shape": [-1]},
-                {"name": "pairs", "datatype": "INT64", "shape": [-1, 2]},
-                {"name": "vertices", "datatype": "INT64", "shape": [-1]},
-                {"name": "graph_ids", "datatype": "INT64", "shape": [-1]},
-            ],
-            "outputs": [
-                {"name": "scores", "datatype": "FP32", "shape": [-1, cfg.out_dim]},
-                {"name": "predictions", "datatype": "INT64", "shape": [-1]},
-            ],
+            # the inputs and outputs of the request kinds this model's task answers
+            **model_signature(cfg.task, cfg.out_dim),
             "parameters": {
+                "task": cfg.task,
                 "graph": self.m.graph,
                 "num_nodes": self.graph.num_nodes,
                 "arch": cfg.arch,
@@ -237,7 +232,7 @@ class ModelRuntime:
         }
 
     # -- request path --------------------------------------------------------------
-    def infer(self, body: bytes | dict) -> dict:
+    def infer(self, body: bytes | dict | RawInferRequest) -> InferResponse:
         """Answer one OIP request (counted by kind and outcome in the metrics)."""
         kind = "unknown"  # the kind is known only once the body parsed
         try:
@@ -248,13 +243,18 @@ class ModelRuntime:
         self.metrics.requests.labels(self.name, kind, "ok").inc()
         return result
 
-    def _infer(self, body: bytes | dict) -> tuple[dict, str]:
+    def _infer(self, body: bytes | dict | RawInferRequest) -> tuple[InferResponse, str]:
         t0 = time.perf_counter()
         arrival = self.clock.now()
         m = self.metrics
         with m.stage(self.name, "parse"):
             req = parse_infer_request(
-                self.name, body, self.graph.num_nodes, max_targets=self.m.max_targets
+                self.name,
+                body,
+                self.graph.num_nodes,
+                max_targets=self.m.max_targets,
+                task=self.model_config.task,
+                limits=self.serving.limits,
             )
         with m.stage(self.name, "khop"):
             stats = FetchStats()
@@ -289,7 +289,11 @@ class ModelRuntime:
             self.totals["requests"] += 1
             self.totals["slo_violations"] += int(late)
         info = {**info, "latency_ms": latency * 1e3, "arrival_s": arrival}
-        return make_infer_response(self.name, req.id, outputs, parameters=info), req.kind
+        # only the outputs the client asked for; binary ones as binary tensor data
+        response = InferResponse(
+            self.name, req.id, req.select_outputs(outputs), info, req.binary_outputs
+        )
+        return response, req.kind
 
     def _on_close(self, closed: ClosedBuffer) -> None:
         self.metrics.buffers_closed.labels(self.name, closed.reason).inc()
@@ -375,6 +379,8 @@ class ModelRuntime:
         order = np.searchsorted(req.targets, req.vertices)
         if req.kind == "vertex":
             scores = emb[order]
+            if self.model_config.task != "vertex":  # embeddings, not class scores
+                return {"embeddings": scores}
             return {"scores": scores, "predictions": scores.argmax(axis=1)}
         if req.kind == "edge":
             u = emb[np.searchsorted(req.targets, req.pairs[:, 0])]
