@@ -270,7 +270,7 @@ def parse_infer_request(
     for name in outputs:
         if name not in known_outputs:
             raise UnsupportedRequest(
-                f"unknown output {name!r} for a {kind}-level request to model {model!r}; "
+                f"unknown output {name[:64]!r} for a {kind}-level request to model {model!r}; "
                 f"outputs: {known_outputs}"
             )
     # binary_data_output applies to every output whose own binary_data is unset
@@ -656,8 +656,10 @@ def _int_tensor(
     if count == 0:
         raise InvalidRequest(f"input {name!r} is empty: send at least one id")
     if count > max_ids:
+        # a product of huge dimensions may be too long to print as a decimal
+        shown = count if count < 10**18 else "over 10^18"
         raise PayloadTooLarge(
-            f"input {name!r} names {count} ids; at most {max_ids} are allowed per request"
+            f"input {name!r} names {shown} ids; at most {max_ids} are allowed per request"
         )
     dtype = DATATYPES[datatype]
     if blob is not None:

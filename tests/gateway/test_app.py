@@ -15,6 +15,7 @@ from tritonclient.utils import InferenceServerException
 
 from gnn_faas.errors import Unavailable
 
+pytestmark = pytest.mark.slow  # a live gateway with real function processes
 RTOL, ATOL = 1e-4, 1e-5
 
 

@@ -29,6 +29,7 @@ from schemathesis.checks import (
 from gnn_faas.gateway.inference_request import HEADER_LENGTH, decode_infer_response
 from gnn_faas.gateway.openapi import build_openapi
 
+pytestmark = pytest.mark.slow  # a live gateway with real function processes
 TIMEOUT_S = 20.0
 # the gateway's RSS may grow by this much over a whole fuzz run (the bug this
 # guards against allocated in proportion to an id: gigabytes per request)
@@ -96,7 +97,9 @@ INT = st.one_of(
 )
 DATATYPES = st.sampled_from(["INT64", "INT32", "FP32", "BOOL", "BYTES", "UINT64", "int64", ""])
 NAMES = st.sampled_from(["targets", "pairs", "vertices", "graph_ids", "x"])
-SHAPES = st.lists(st.one_of(st.integers(0, 4), st.sampled_from([10**18, 2**63, 2**64])), max_size=3)
+SHAPES = st.lists(
+    st.one_of(st.integers(0, 4), st.sampled_from([10**18, 2**63, 2**64, 10**4000])), max_size=3
+)
 LEAF = st.one_of(INT, st.floats(allow_nan=True), st.booleans(), st.text(max_size=3), st.none())
 DATA = st.recursive(
     st.lists(LEAF, max_size=6), lambda inner: st.lists(inner, max_size=3), max_leaves=20
