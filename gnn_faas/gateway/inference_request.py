@@ -424,6 +424,8 @@ def _load_body(
     blob = memoryview(b"")
     if isinstance(body, RawInferRequest):
         raw, length = body.body, body.header_length
+        if len(raw) > limits.max_body_bytes:  # JSON and binary data together
+            raise PayloadTooLarge(f"request body exceeds {limits.max_body_bytes} bytes")
         if length is not None:
             n = _header_length(length, len(raw))
             blob = memoryview(raw)[n:]
