@@ -11,6 +11,7 @@ request must be served correctly afterwards.
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import psutil
@@ -31,6 +32,8 @@ from gnn_faas.gateway.openapi import build_openapi
 
 pytestmark = pytest.mark.slow  # a live gateway with real function processes
 TIMEOUT_S = 20.0
+# GNN_FAAS_FUZZ_SCALE=10 multiplies every example count, for a longer fuzz by hand
+SCALE = max(1, int(os.environ.get("GNN_FAAS_FUZZ_SCALE", "1")))
 # the gateway's RSS may grow by this much over a whole fuzz run (the bug this
 # guards against allocated in proportion to an id: gigabytes per request)
 RSS_BUDGET = 256 * 2**20
@@ -76,7 +79,7 @@ def test_schemathesis_finds_no_server_error(live_gateway, rss_guard, path, metho
     examples = 25 if path.endswith("/infer") else 5
 
     @settings(
-        max_examples=examples,
+        max_examples=examples * SCALE,
         deadline=None,
         derandomize=True,
         database=None,
@@ -148,7 +151,7 @@ def good_request_is_served(gw) -> None:
 
 
 @settings(
-    max_examples=120,
+    max_examples=120 * SCALE,
     deadline=None,
     derandomize=True,
     database=None,
@@ -160,7 +163,7 @@ def test_hostile_json_bodies_get_4xx(live_gateway, rss_guard, doc):
 
 
 @settings(
-    max_examples=80,
+    max_examples=80 * SCALE,
     deadline=None,
     derandomize=True,
     database=None,
@@ -201,7 +204,7 @@ def test_binary_bodies_lying_about_sizes_get_4xx(
 
 
 @settings(
-    max_examples=40,
+    max_examples=40 * SCALE,
     deadline=None,
     derandomize=True,
     database=None,
