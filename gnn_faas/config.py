@@ -61,7 +61,8 @@ class LimitsConfig:
     - ``max_inputs`` / ``max_outputs``: entries of ``inputs`` / ``outputs``;
     - ``max_rank``: entries of a ``shape``;
     - ``max_id_chars``: length of the request ``id`` and of every name;
-    - ``max_parameters``: entries of a ``parameters`` object.
+    - ``max_parameters``: entries of a ``parameters`` object;
+    - ``max_values``: elements of a tensor of values (not ids), e.g. FP32 features.
 
     YAML: a ``limits:`` section, e.g. ``limits: {max_body_bytes: 1048576}``.
     """
@@ -73,6 +74,7 @@ class LimitsConfig:
     max_rank: int = 4
     max_id_chars: int = 256
     max_parameters: int = 32
+    max_values: int = 1 << 20
 
     def __post_init__(self):
         for f in dataclasses.fields(self):

@@ -77,7 +77,10 @@ _NUMPY_DATATYPES = {dt.name: name for name, dt in DATATYPES.items()}
 class InputSpec:
     """One input a request kind takes. ``shape``: ``-1`` for any length, a
     number for a fixed dimension. ``role``: ``vertex_ids`` (each in ``[0,
-    num_nodes)``) or ``graph_ids`` (one per vertex, naming graphs ``0..g-1``)."""
+    num_nodes)``, counted against ``max_targets``), ``graph_ids`` (one per
+    vertex, naming graphs ``0..g-1``) or ``values`` (numbers, e.g. FP32
+    features, at most ``LimitsConfig.max_values`` elements). A new input is one
+    row in :data:`REQUEST_KINDS`; what it means is up to the data plane."""
 
     name: str
     datatypes: tuple[str, ...]
@@ -154,7 +157,7 @@ TASK_KINDS = {
 def model_signature(task: str, out_dim: int) -> dict[str, list[dict[str, Any]]]:
     """The ``inputs`` and ``outputs`` of a model's OIP metadata for its task."""
     inputs, outputs, seen = [], [], set()
-    for kind in TASK_KINDS.get(task, KINDS):
+    for kind in TASK_KINDS.get(task, tuple(REQUEST_KINDS)):
         rk = REQUEST_KINDS[kind]
         for i in rk.inputs:
             if i.name not in seen:
@@ -188,7 +191,7 @@ class InferenceRequest:
     requests. ``graph_ids``: segment of each of ``vertices`` for graph requests
     (all 0 when not sent). ``output_names``: the outputs the client asked for
     (empty: all of the kind's outputs). ``binary_outputs``: the outputs to send
-    as binary tensor data.
+    as binary tensor data. ``tensors``: every parsed input by name.
     """
 
     id: str
@@ -202,6 +205,7 @@ class InferenceRequest:
     parameters: dict[str, Any] = field(default_factory=dict)
     id_from_client: bool = True
     binary_outputs: frozenset[str] = frozenset()
+    tensors: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def num_graphs(self) -> int:
@@ -244,24 +248,23 @@ def parse_infer_request(
     outputs = _outputs(doc.get("outputs"), limits)
     inputs = _inputs_by_name(doc.get("inputs"), limits)
 
-    kinds = [k for k in KINDS if KIND_INPUTS[k][0] in inputs]
+    # the kind is named by its first input (read from the table at each call)
+    kinds = [k for k, rk in REQUEST_KINDS.items() if rk.inputs[0].name in inputs]
     if not kinds:
-        raise InvalidRequest(
-            f"no recognised input: send 'targets' (vertex), 'pairs' (edge) or 'vertices' "
-            f"(graph); got {sorted(inputs)[:8]}"
-        )
+        firsts = ", ".join(f"{rk.inputs[0].name!r} ({k})" for k, rk in REQUEST_KINDS.items())
+        raise InvalidRequest(f"no recognised input: send {firsts}; got {sorted(inputs)[:8]}")
     if len(kinds) > 1:
-        names = [KIND_INPUTS[k][0] for k in kinds]
+        names = [REQUEST_KINDS[k].inputs[0].name for k in kinds]
         raise InvalidRequest(f"inputs {names} mix request kinds: send exactly one of them")
     kind = kinds[0]
     spec = REQUEST_KINDS[kind]
-    unknown = sorted(set(inputs) - set(KIND_INPUTS[kind]))
+    expected = [i.name for i in spec.inputs]
+    unknown = sorted(set(inputs) - set(expected))
     if unknown:
         raise InvalidRequest(
-            f"unexpected input(s) {unknown[:8]} for a {kind}-level request "
-            f"(expected {list(KIND_INPUTS[kind])})"
+            f"unexpected input(s) {unknown[:8]} for a {kind}-level request (expected {expected})"
         )
-    if task is not None and kind not in TASK_KINDS.get(task, KINDS):
+    if task is not None and kind not in TASK_KINDS.get(task, tuple(REQUEST_KINDS)):
         raise UnsupportedRequest(
             f"model {model!r} (task {task!r}) does not answer {kind}-level requests; "
             f"it answers {', '.join(TASK_KINDS[task])}-level requests"
@@ -287,7 +290,8 @@ def parse_infer_request(
             if s.required:
                 raise InvalidRequest(f"a {kind}-level request needs input {s.name!r}")
             continue
-        tensors[s.name] = arr = _int_tensor(inputs[s.name], s, max_targets, blobs.get(s.name))
+        cap = limits.max_values if s.role == "values" else max_targets
+        tensors[s.name] = arr = _read_tensor(inputs[s.name], s, cap, blobs.get(s.name))
         if s.role == "vertex_ids":
             total += arr.size
             if total > max_targets:  # ids summed over inputs: the work grows with them
@@ -320,6 +324,7 @@ def parse_infer_request(
         parameters=parameters,
         id_from_client=req_id is not None,
         binary_outputs=binary,
+        tensors=tensors,
     )
 
 
@@ -641,11 +646,12 @@ def _flatten(data: Any, shape: tuple[int, ...], name: str) -> list[Any]:
     return level
 
 
-def _int_tensor(
-    t: dict[str, Any], spec: InputSpec, max_ids: int, blob: memoryview | None
+def _read_tensor(
+    t: dict[str, Any], spec: InputSpec, max_elements: int, blob: memoryview | None
 ) -> np.ndarray:
-    """An integer input tensor as int64 with its declared shape. The element
-    count comes from the shape and is bounded before ``data`` is read."""
+    """An input tensor with its declared shape: integer datatypes as int64,
+    floating ones as their own width (finite values only). The element count
+    comes from the shape and is bounded before ``data`` is read."""
     name = spec.name
     datatype = t["datatype"]
     if datatype not in spec.datatypes:
@@ -656,21 +662,26 @@ def _int_tensor(
     shape = _shape(t, spec)
     count = math.prod(shape)  # exact (Python ints): a huge shape cannot wrap around
     if count == 0:
-        raise InvalidRequest(f"input {name!r} is empty: send at least one id")
-    if count > max_ids:
+        raise InvalidRequest(f"input {name!r} is empty: send at least one value")
+    if count > max_elements:
         # a product of huge dimensions may be too long to print as a decimal
         shown = count if count < 10**18 else "over 10^18"
+        what = "ids" if spec.role != "values" else "values"
         raise PayloadTooLarge(
-            f"input {name!r} names {shown} ids; at most {max_ids} are allowed per request"
+            f"input {name!r} names {shown} {what}; at most {max_elements} are allowed per request"
         )
     dtype = DATATYPES[datatype]
+    floating = dtype.kind == "f"
     if blob is not None:
         if len(blob) != count * dtype.itemsize:
             raise InvalidRequest(
                 f"input {name!r}: shape {list(shape)} of {datatype} needs "
                 f"{count * dtype.itemsize} bytes, binary_data_size is {len(blob)}"
             )
-        return np.frombuffer(blob, dtype=dtype).astype(np.int64).reshape(shape)
+        arr = np.frombuffer(blob, dtype=dtype).reshape(shape)
+        if floating:
+            return _finite(arr.astype(dtype.newbyteorder("=")), name)
+        return arr.astype(np.int64)
     flat = _flatten(t["data"], shape, name)
     if len(flat) != count:
         raise InvalidRequest(
@@ -678,13 +689,24 @@ def _int_tensor(
         )
     # Exact type check (set of types, in C): bool is an int subclass that numpy
     # would silently take as 0/1, and 1.0 must not pass as a vertex id.
-    if set(map(type, flat)) != {int}:
-        bad = next(x for x in flat if type(x) is not int)
-        raise InvalidRequest(f"input {name!r}: 'data' must hold integers, found {bad!r:.40}")
+    allowed = {int, float} if floating else {int}
+    if not set(map(type, flat)) <= allowed:
+        bad = next(x for x in flat if type(x) not in allowed)
+        kind = "numbers" if floating else "integers"
+        raise InvalidRequest(f"input {name!r}: 'data' must hold {kind}, found {bad!r:.40}")
+    if floating:
+        with np.errstate(over="ignore"):  # beyond the width: inf, refused below
+            return _finite(np.asarray(flat, dtype=dtype.newbyteorder("=")).reshape(shape), name)
     info = np.iinfo(dtype)
     if min(flat) < info.min or max(flat) > info.max:
         raise InvalidRequest(f"input {name!r}: a value does not fit {datatype}")
     return np.asarray(flat, dtype=np.int64).reshape(shape)
+
+
+def _finite(arr: np.ndarray, name: str) -> np.ndarray:
+    if not np.isfinite(arr).all():
+        raise InvalidRequest(f"input {name!r}: values must be finite (no NaN or infinity)")
+    return arr
 
 
 def _check_ids(ids: np.ndarray, name: str, num_nodes: int) -> None:

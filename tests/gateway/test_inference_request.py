@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -400,3 +401,54 @@ def test_binary_outputs_round_trip(extra, binary):
     assert list(got) == [n for n, _ in req.select_outputs(outs)]
     np.testing.assert_array_equal(got["scores"], scores) if "scores" in got else None
     assert got["predictions"].tolist() == [0, 0] if "predictions" in got else True
+
+
+def test_a_new_input_is_one_row_of_the_table(monkeypatch):
+    """A kind with an FP32 values input (as new-vertex requests will need):
+    parsed, bounded and checked from its table row alone."""
+    from gnn_faas.gateway import inference_request as ir
+
+    kind = ir.RequestKind(
+        "vertex",
+        (
+            ir.InputSpec("targets", ir.ID_DATATYPES, (-1,), "vertex_ids"),
+            ir.InputSpec("features", ("FP32",), (-1, 3), "values", required=False),
+        ),
+        ir.REQUEST_KINDS["vertex"].outputs,
+        ir.REQUEST_KINDS["vertex"].outputs_for_vertex_task,
+    )
+    monkeypatch.setitem(ir.REQUEST_KINDS, "vertex", kind)
+    feats = [[0.5, 1, -2.0], [3.0, 4.0, 5.0]]
+    ft = tensor("features", feats, datatype="FP32")
+    req = parse_infer_request("m", body([tensor("targets", [1]), ft]), N, MAX)
+    assert req.tensors["features"].dtype == np.float32
+    np.testing.assert_array_equal(req.tensors["features"], np.asarray(feats, np.float32))
+    raw = np.asarray(feats, "<f4").tobytes()
+    head = json.dumps(
+        {
+            "inputs": [
+                tensor("targets", [1]),
+                {
+                    "name": "features",
+                    "datatype": "FP32",
+                    "shape": [2, 3],
+                    "parameters": {"binary_data_size": len(raw)},
+                },
+            ]
+        }
+    ).encode()
+    req = parse_infer_request("m", RawInferRequest(head + raw, len(head)), N, MAX)
+    np.testing.assert_array_equal(req.tensors["features"], np.asarray(feats, np.float32))
+    limits = LimitsConfig(max_values=5)
+    for features, error, message in [
+        (tensor("features", [[1, 2, 3], [4, 5, 6]], datatype="FP32"), PayloadTooLarge, "at most 5"),
+        (tensor("features", [[1, 2, 3]], datatype="FP64"), InvalidRequest, "must be FP32"),
+        (tensor("features", [[1, 2, True]], datatype="FP32"), InvalidRequest, "found True"),
+        (tensor("features", [[1, 2]], datatype="FP32"), InvalidRequest, "shape [k, 3]"),
+        (tensor("features", [[1, 2, 1e300]], datatype="FP32"), InvalidRequest, "finite"),
+        (tensor("features", [[1, 2, float("nan")]], datatype="FP32"), InvalidRequest, "finite"),
+    ]:
+        with pytest.raises(error, match=re.escape(message)):
+            parse_infer_request(
+                "m", body([tensor("targets", [1]), features]), N, MAX, limits=limits
+            )
