@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import threading
 from typing import Any
 
 import requests
@@ -89,6 +90,8 @@ class OpenFaaSPlatform(ReplicaSlotPlatform):
         if user and password:
             self.session.auth = (user, password)
         self._names: dict[str, str] = {}
+        self._asked: dict[str, int] = {}  # replicas last asked for, per function
+        self._scale_lock = threading.Lock()
 
     # -- REST with clear errors ----------------------------------------------------
     def _request(self, method: str, path: str, what: str, **kw) -> requests.Response:
@@ -204,24 +207,28 @@ class OpenFaaSPlatform(ReplicaSlotPlatform):
 
     # -- launch rule ------------------------------------------------------------------
     def want_replicas(self, spec: FunctionSpec, view: FunctionView, slots: int) -> None:
-        if not self.settings.gateway_scaling:
-            return
-        need = math.ceil(slots / view.concurrency)
-        if (view.desired or 0) < need:
-            try:
-                self.scale(spec, need)
-            except (PlatformAPIError, NotFound) as exc:
-                log.error("openfaas: %s", exc)
+        if self.settings.gateway_scaling:
+            self._scale_for(spec, view, slots, up=True)
 
     def release_replicas(self, spec: FunctionSpec, view: FunctionView, slots: int) -> None:
-        if not self.settings.gateway_scaling:
-            return
+        if self.settings.gateway_scaling:
+            self._scale_for(spec, view, slots, up=False)
+
+    def _scale_for(self, spec: FunctionSpec, view: FunctionView, slots: int, up: bool) -> None:
+        """``replicas = ceil(slots / concurrency)``, only upwards on a launch and
+        only downwards on a release; one request at a time per platform, against
+        the count last asked for (the view may be a moment old)."""
         need = math.ceil(slots / view.concurrency)
-        if (view.desired or 0) > need:
+        with self._scale_lock:
+            current = self._asked.get(spec.name, view.desired or 0)
+            if (up and need <= current) or (not up and need >= current):
+                return
             try:
                 self.scale(spec, need)
             except (PlatformAPIError, NotFound) as exc:
                 log.error("openfaas: %s", exc)
+                return
+            self._asked[spec.name] = need
 
     def shutdown(self) -> None:
         super().shutdown()

@@ -119,6 +119,7 @@ class ReplicaSlotPlatform(Platform):
         self.meter = Meter(self.clock)
         self._functions: dict[str, _Function] = {}
         self._slots: dict[str, _Slot] = {}
+        self._launching: dict[str, int] = {}
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
         self._closed = False
@@ -215,19 +216,26 @@ class ReplicaSlotPlatform(Platform):
         t0 = time.perf_counter()
         deadline = t0 + self.start_timeout_s
         asked = False
-        while True:
-            fn = self.refresh(spec, force=asked)
+        with self._lock:
+            self._launching[spec.name] = self._launching.get(spec.name, 0) + 1
+        try:
+            while True:
+                fn = self.refresh(spec, force=asked)
+                with self._lock:
+                    replica = self._free_replica(fn)
+                    if replica is not None:
+                        return self._bind(fn, replica, time.perf_counter() - t0)
+                    # slots held plus every launch waiting, this one included
+                    wanted = self._held(spec.name) + self._launching[spec.name]
+                if fn.view is not None and not asked:
+                    self.want_replicas(spec, fn.view, wanted)
+                    asked = True
+                if time.perf_counter() >= deadline or self._closed:
+                    raise Unavailable(self._no_slot_reason(fn))
+                time.sleep(self.poll_s)
+        finally:
             with self._lock:
-                replica = self._free_replica(fn)
-                if replica is not None:
-                    return self._bind(fn, replica, time.perf_counter() - t0)
-                wanted = self._held(spec.name) + 1
-            if fn.view is not None and not asked:
-                self.want_replicas(spec, fn.view, wanted)
-                asked = True
-            if time.perf_counter() >= deadline or self._closed:
-                raise Unavailable(self._no_slot_reason(fn))
-            time.sleep(self.poll_s)
+                self._launching[spec.name] -= 1
 
     def _no_slot_reason(self, fn: _Function) -> str:
         if fn.error:
