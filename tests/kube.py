@@ -39,7 +39,8 @@ def _script(*args: str, timeout: float = 1200) -> str:
     )
     if r.returncode != 0:
         raise RuntimeError(f"kube-apiserver.sh {' '.join(args)} failed:\n{r.stderr[-3000:]}")
-    return r.stdout.strip().splitlines()[-1]
+    lines = r.stdout.strip().splitlines()
+    return lines[-1] if lines else ""
 
 
 _tools_lock = threading.Lock()
