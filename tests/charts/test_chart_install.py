@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from gnn_faas.config import KnativeSettings
+from gnn_faas.errors import NotFound
 from gnn_faas.scheduler.platform.base import FunctionSpec
 from gnn_faas.scheduler.platform.knative import KnativePlatform
 from gnn_faas.scheduler.platform.replica_slots import PlatformAPIError
@@ -109,6 +110,8 @@ def test_backend_runs_with_the_gateway_token_and_nothing_more(installed, tmp_pat
     view = p.observe(spec)  # lists Services with the Role's grant
     assert view.resource == f"ksvc/{RELEASE}-gnn-faas-bitcoin-otc-memory"
     assert view.concurrency == 1 and view.memory_mb == 512 and view.vcpus == 1
+    with pytest.raises(NotFound, match=f"no Knative Service in namespace {NS} with labels"):
+        p.observe(FunctionSpec("nope-memory", "memory", (), 512))
     p.shutdown()
     # the same token in another namespace is forbidden: a clear error, named
     other = KnativePlatform(

@@ -231,7 +231,8 @@ class ReplicaSlotPlatform(Platform):
                     self.want_replicas(spec, fn.view, wanted)
                     asked = True
                 if time.perf_counter() >= deadline or self._closed:
-                    raise Unavailable(self._no_slot_reason(fn))
+                    error = PlatformAPIError if fn.error else Unavailable
+                    raise error(self._no_slot_reason(fn))
                 time.sleep(self.poll_s)
         finally:
             with self._lock:
