@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import re
 from pathlib import Path
 
 import jsonschema
@@ -286,3 +287,26 @@ def test_notes_name_the_kubectl_inspection():
         in r.stdout
     )
     assert "port-forward svc/demo-gnn-faas-gateway" in r.stdout
+
+
+def test_readme_documents_every_value():
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    readme = (CHART / "README.md").read_text()
+    documented = set(re.findall(r"^\| `([^`]+)` \|", readme, re.M))
+
+    def leaves(v, path=()):
+        if isinstance(v, dict) and v:
+            for k, x in v.items():
+                yield from leaves(x, (*path, k))
+        else:
+            yield path
+
+    missing = [
+        ".".join(p)
+        for p in leaves(values)
+        if not any(".".join(p[:i]) in documented for i in range(1, len(p) + 1))
+    ]
+    assert missing == []
+    # and nothing documented that values.yaml lacks
+    keys = {".".join(p[:i]) for p in leaves(values) for i in range(1, len(p) + 1)}
+    assert documented <= keys, documented - keys
