@@ -174,3 +174,9 @@ limits:
     - {name: tmp, mountPath: /tmp}
     - {name: model, mountPath: /model}
 {{- end }}
+
+{{/* A CPU quantity ("500m", "2", 1.5) as a number of cores (for the serving YAML). */}}
+{{- define "gnn-faas.cores" -}}
+{{- $c := toString . }}
+{{- if hasSuffix "m" $c }}{{ divf (trimSuffix "m" $c | float64) 1000 }}{{ else }}{{ $c | float64 }}{{ end }}
+{{- end }}

@@ -32,7 +32,10 @@ def values_for(platform: str, store: str, ingress: bool) -> dict:
     return {
         "platform": platform,
         "store": {"type": store},
-        "gateway": {"ingress": {"enabled": ingress, "host": "gnn.example.com"}},
+        "gateway": {
+            "ingress": {"enabled": ingress, "host": "gnn.example.com"},
+            "serviceMonitor": {"enabled": ingress},
+        },
         "prepare": {"enabled": True},
         "models": [
             {"name": "bitcoin-otc", "graph": "bitcoin-otc", "dataset": "bitcoin-otc"},
@@ -91,7 +94,7 @@ def test_every_object_validates(rendered):
     functions = [o for o in objs if is_knative(o) or is_function(o)]
     assert len(functions) == 4  # 2 models x (memory, compute)
     assert all(is_knative(f) == (platform == "knative") for f in functions)
-    assert ("Ingress" in kinds) == ingress
+    assert ("Ingress" in kinds) == ingress == ("ServiceMonitor" in kinds)
     assert {"Deployment", "Service", "ConfigMap", "ServiceAccount", "PodDisruptionBudget"} <= set(
         kinds
     )
@@ -164,6 +167,23 @@ def test_configmap_is_the_serving_config(rendered, monkeypatch):
         assert cfg.platform.knative.selector == "app.kubernetes.io/instance=gnn-faas"
     else:
         assert cfg.platform.openfaas.url == "http://gateway.openfaas:8080"
+
+
+def test_cpu_quantities_become_cores_in_the_serving_config():
+    objs = render(None, "functions.memory.cpu=500m", "functions.compute.cpu=1.5")
+    cm = next(o for o in objs if o["kind"] == "ConfigMap")
+    cfg = from_dict(ServingConfig, yaml.safe_load(cm["data"]["serving.yaml"]))
+    assert (cfg.platform.memory_vcpus, cfg.platform.compute_vcpus) == (0.5, 1.5)
+
+
+def test_prepare_job_steps_per_model():
+    values = values_for("knative", "s3", False)
+    job = next(o for o in render(values) if o["kind"] == "Job")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    spec = job["spec"]["template"]["spec"]
+    # cora has no dataset: its graph must be in the store already; both are trained
+    assert [c["name"] for c in spec["initContainers"]] == ["dataset-0", "train-0", "train-1"]
+    assert spec["containers"][0]["command"][-2:] == ["/tmp/models/bitcoin-otc", "/tmp/models/cora"]
 
 
 def test_knative_service_settings():
