@@ -211,6 +211,22 @@ def test_real_memory_function(tmp_path):
         platform.launch(mem)
 
 
+def test_replica_figures_follow_the_instances(script):
+    """On the local platform the gateway scales itself: desired = actual = live
+    instances, ready = those that take work (gnn-faas status' function rows)."""
+    with LocalPlatform(reaper_interval_s=None, command_factory=factory(script)) as p:
+        a = p.launch(spec("f"))
+        p.launch(spec("f"))
+        p.launch(spec("g"))
+        assert p.replicas("f") == {
+            "function": "f", "desired": 2, "actual": 2, "ready": 2, "revision": None,
+            "error": None,
+        }  # fmt: skip
+        p.stop(a.id)
+        assert (p.replicas("f")["desired"], p.replicas("f")["ready"]) == (1, 1)
+        assert p.replicas("none")["desired"] == 0
+
+
 def test_open_platform_registry():
     # knative and openfaas are registered (tests/scheduler/test_knative_*.py, test_openfaas_*)
     with pytest.raises(PlatformAPIError, match="no Kubernetes configuration"):
