@@ -181,9 +181,14 @@ def test_prepare_job_steps_per_model():
     job = next(o for o in render(values) if o["kind"] == "Job")
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
     spec = job["spec"]["template"]["spec"]
-    # cora has no dataset: its graph must be in the store already; both are trained
-    assert [c["name"] for c in spec["initContainers"]] == ["dataset-0", "train-0", "train-1"]
-    assert spec["containers"][0]["command"][-2:] == ["/tmp/models/bitcoin-otc", "/tmp/models/cora"]
+    # cora has no dataset: its graph and checkpoint must be in the store already
+    assert [c["name"] for c in spec["initContainers"]] == ["dataset-0", "train-0"]
+    images = [c["image"].split(":")[0] for c in spec["initContainers"] + spec["containers"]]
+    assert images == ["gnn-faas-memory", "gnn-faas-compute", "gnn-faas-memory"]
+    assert spec["containers"][0]["command"][-1] == "/tmp/models/bitcoin-otc"
+    train = spec["initContainers"][1]["command"]
+    assert train[3:] == ["bitcoin-otc", "bitcoin-otc", "gcn", "2", "64", "100", "bitcoin-otc"]
+    assert "env" not in spec["initContainers"][1]  # no store credentials where not needed
 
 
 def test_knative_service_settings():
@@ -330,3 +335,43 @@ def test_readme_documents_every_value():
     # and nothing documented that values.yaml lacks
     keys = {".".join(p[:i]) for p in leaves(values) for i in range(1, len(p) + 1)}
     assert documented <= keys, documented - keys
+
+
+@pytest.mark.slow
+def test_prepare_job_and_fetch_model_commands_run(tmp_path):
+    """The rendered commands themselves, run here as the kubelet would (``$(VAR)``
+    expanded, /tmp being the pod's emptyDir): prepare the dataset into the
+    store, train on a local copy, push, then pull as the fetch-model init
+    container does; the pulled checkpoint is the trained one."""
+    import os
+    import subprocess
+    import sys
+
+    from gnn_faas.functions.checkpoint import load_config
+
+    values = {"prepare": {"enabled": True}, "models": [{"name": "btc", "graph": "bitcoin-otc",
+              "dataset": "bitcoin-otc", "epochs": 2, "hidden": 8}]}  # fmt: skip
+    objs = render(values)
+    store = f"file://{tmp_path / 'store'}"
+    job = next(o for o in objs if o["kind"] == "Job")["spec"]["template"]["spec"]
+    compute = next(
+        o
+        for o in objs
+        if is_knative(o) and o["metadata"]["labels"]["gnn-faas.io/function-kind"] == "compute"
+    )["spec"]["template"]["spec"]
+    pod_tmp = tmp_path / "pod-tmp"
+
+    def run(command):
+        argv = [a.replace("$(GNN_FAAS_STORE)", store).replace("/tmp/", f"{pod_tmp}/")
+                for a in command]  # fmt: skip
+        argv = [str(tmp_path / "model") if a == "/model" else a for a in argv]
+        env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
+        r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+        assert r.returncode == 0, (argv, r.stderr[-2000:])
+
+    for c in job["initContainers"] + job["containers"]:
+        run(c["command"])
+    run(compute["initContainers"][0]["command"])
+    cfg = load_config(tmp_path / "model")
+    assert cfg.hidden_dim == 8 and cfg.arch == "gcn"
+    assert load_config(pod_tmp / "models" / "btc") == cfg
