@@ -96,11 +96,11 @@ class PlatformConfig:
     knative: KnativeSettings = field(default_factory=KnativeSettings)
     openfaas: OpenFaaSSettings = field(default_factory=OpenFaaSSettings)
 
-    def backend_options(self) -> dict[str, Any]:
-        """Constructor arguments of the platform backend beyond the defaults."""
-        return (
-            {"settings": getattr(self, self.kind)} if self.kind in ("knative", "openfaas") else {}
-        )
+    def backend_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of the ``kind`` backend's constructor from this section."""
+        if self.kind in ("knative", "openfaas"):
+            return {"settings": getattr(self, self.kind)}
+        return {}
 
 
 @dataclass(frozen=True)

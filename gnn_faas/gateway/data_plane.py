@@ -440,7 +440,7 @@ class DataPlane:
         self.metrics = GatewayMetrics()
         # the data plane scales in (keep-alive), so the platform's own reaper is off
         self.platform = platform or open_platform(
-            serving.platform.kind, reaper_interval_s=None, **serving.platform.backend_options()
+            serving.platform.kind, reaper_interval_s=None, **serving.platform.backend_kwargs()
         )
         self.models: dict[str, ModelRuntime] = {}
         for m in serving.models:
