@@ -67,12 +67,14 @@ def test_kubectl_get_ksvc_lists_the_functions(installed):
 @pytest.mark.parametrize(
     "verb, resource, ns, allowed",
     [
+        # exactly the backend's calls
         ("list", "services.serving.knative.dev", NS, True),
-        ("get", "services.serving.knative.dev", NS, True),
-        ("list", "podautoscalers.autoscaling.internal.knative.dev", NS, True),
         ("get", "podautoscalers.autoscaling.internal.knative.dev", NS, True),
         ("list", "pods", NS, True),
-        ("get", "pods", NS, True),
+        # and not even the neighbouring verbs
+        ("get", "services.serving.knative.dev", NS, False),
+        ("list", "podautoscalers.autoscaling.internal.knative.dev", NS, False),
+        ("get", "pods", NS, False),
         # nothing else: no writes, no secrets, no other namespace
         ("get", "secrets", NS, False),
         ("list", "secrets", NS, False),
