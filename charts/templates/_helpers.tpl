@@ -164,14 +164,24 @@ limits:
   image: {{ include "gnn-faas.image" (dict "root" .root "name" .root.Values.image.memory) }}
   imagePullPolicy: {{ .root.Values.image.pullPolicy }}
   command: ["gnn-faas", "model", "pull", "--store", "$(GNN_FAAS_STORE)", "--name", {{ .model.name | quote }}, "--out", {{ .out | quote }}]
+  {{- if .scratch }}
+  workingDir: /scratch
+  {{- end }}
   env:
     {{- include "gnn-faas.storeEnv" .root | nindent 4 }}
+    {{- if .scratch }}
+    {{- include "gnn-faas.knativeScratchEnv" . | nindent 4 }}
+    {{- end }}
   securityContext:
     {{- include "gnn-faas.containerSecurityContext" . | nindent 4 }}
   resources:
     {{- toYaml .root.Values.fetchModelResources | nindent 4 }}
   volumeMounts:
+    {{- if .scratch }}
+    - {name: scratch, mountPath: /scratch}
+    {{- else }}
     - {name: tmp, mountPath: /tmp}
+    {{- end }}
     - {name: model, mountPath: /model}
 {{- end }}
 
@@ -179,4 +189,13 @@ limits:
 {{- define "gnn-faas.cores" -}}
 {{- $c := toString . }}
 {{- if hasSuffix "m" $c }}{{ divf (trimSuffix "m" $c | float64) 1000 }}{{ else }}{{ $c | float64 }}{{ end }}
+{{- end }}
+
+{{/* Knative reserves /tmp (and /, /dev, /var, ...) as mount paths: its functions write to an
+emptyDir at /scratch instead, and every variable the images point at /tmp follows it. */}}
+{{- define "gnn-faas.knativeScratchEnv" -}}
+{{- range $name, $sub := dict "TMPDIR" "" "HOME" "" "XDG_CACHE_HOME" "/.cache" "MPLCONFIGDIR" "/matplotlib" "TORCH_HOME" "/.cache/torch" "TORCHINDUCTOR_CACHE_DIR" "/.cache/inductor" }}
+- name: {{ $name }}
+  value: {{ printf "/scratch%s" $sub | quote }}
+{{- end }}
 {{- end }}

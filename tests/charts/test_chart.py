@@ -21,6 +21,7 @@ import yaml
 
 from gnn_faas.config import ServingConfig, from_dict
 from tests.charts.crd_schema import crd_schema
+from tests.charts.knative_rules import knative_errors
 from tests.kube import CHART, helm, render
 
 K8S_VERSION = "1.35.0"
@@ -56,6 +57,9 @@ def validate(obj: dict) -> None:
     """Raise if ``obj`` fails its schema (by kind)."""
     if is_knative(obj):
         jsonschema.validate(obj, crd_schema("knative-serving-service.yaml"))
+        errors = knative_errors(obj)
+        if errors:
+            raise jsonschema.ValidationError("; ".join(errors))
     elif is_function(obj):
         jsonschema.validate(obj, FUNCTION_SCHEMA)
     elif obj["apiVersion"] == "monitoring.coreos.com/v1":
@@ -131,8 +135,14 @@ def test_every_pod_is_locked_down(rendered):
             assert sc["seccompProfile"]["type"] == "RuntimeDefault", where
             for part in ("requests", "limits"):
                 assert {"cpu", "memory"} <= set(c["resources"][part]), where
-            mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
-            assert "/tmp" in mounts, where  # the only writable path
+            mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
+            # the only writable path: /tmp, or /scratch where Knative reserves /tmp
+            scratch = "/scratch" if is_knative(obj) else "/tmp"
+            assert not mounts[scratch].get("readOnly"), where
+            env = {e["name"]: e.get("value") for e in c.get("env", [])}
+            if is_knative(obj):
+                assert env["TMPDIR"] == env["HOME"] == "/scratch", where
+                assert c["workingDir"] == "/scratch", where
     for fn in (o for o in objs if is_function(o)):
         assert fn["spec"]["readOnlyRootFilesystem"] is True
         assert set(fn["spec"]["limits"]) == set(fn["spec"]["requests"]) == {"cpu", "memory"}
@@ -285,6 +295,20 @@ def test_known_bad_fixtures_are_rejected():
     bad["spec"]["template"]["spec"]["containerConcurrency"] = "one"
     with pytest.raises(jsonschema.ValidationError):
         validate(bad)
+    # schema-valid but refused by Knative's webhook
+    for mutate, message in (
+        (
+            lambda c: c["volumeMounts"].append({"name": "scratch", "mountPath": "/tmp/"}),
+            "reserved path",
+        ),
+        (lambda c: c["env"].append({"name": "PORT", "value": "9090"}), "reserved variable"),
+        (lambda c: c["ports"].append({"containerPort": 9090}), "single port"),
+        (lambda c: c["readinessProbe"].pop("timeoutSeconds"), "timeoutSeconds"),
+    ):
+        bad = copy.deepcopy(ksvc)
+        mutate(bad["spec"]["template"]["spec"]["containers"][0])
+        with pytest.raises(jsonschema.ValidationError, match=message):
+            validate(bad)
 
     fn = next(o for o in render(None, "platform=openfaas") if is_function(o))
     for mutate in (
