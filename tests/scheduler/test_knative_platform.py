@@ -267,3 +267,45 @@ def test_a_replica_going_away_and_knative_scaling_up(stack):
         r for r in s.status()["models"][0]["functions"] if r["function"] == f"{MODEL}-memory"
     )
     assert (row["desired"], row["actual"], row["ready"]) == (3, 3, 3)
+
+
+def _row(s, fn: str) -> dict:
+    return next(r for r in s.status()["models"][0]["functions"] if r["function"] == fn)
+
+
+def _wait(pred, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_a_forbidding_api_is_a_clear_error_and_serving_goes_on(stack):
+    """The gateway's RoleBinding removed: status and log say the API forbids
+    the read, requests are still answered on the slots the gateway holds; the
+    binding restored, the error clears."""
+    s, reference, _, knative = stack
+    c = knative.c
+    name = f"{RELEASE}-gnn-faas-gateway"
+    binding = c.get_json("rolebinding", name, "-n", NS)
+    for key in ("resourceVersion", "uid", "creationTimestamp", "managedFields"):
+        binding["metadata"].pop(key, None)
+    c.kubectl("delete", "rolebinding", name, "-n", NS)
+    try:
+        fn = f"{MODEL}-memory"
+        assert _wait(lambda: "(403)" in (_row(s, fn).get("error") or "")), _row(s, fn)
+        assert "forbids the gateway's ServiceAccount to list" in _row(s, fn)["error"]
+        r = infer(s.url, [4, 5])
+        assert r.status_code == 200, r.text
+        np.testing.assert_allclose(scores(r), reference[[4, 5]], RTOL, ATOL)
+        out = subprocess.run(
+            [sys.executable, "-m", "gnn_faas", "status", "--url", s.url],
+            capture_output=True, text=True, timeout=60, check=True,
+        ).stdout  # fmt: skip
+        assert "platform error: the Kubernetes API forbids" in out
+        assert "forbids" in s.log_tail(400)  # logged (error level) by the gateway
+    finally:
+        c.kubectl("apply", "-f", "-", input=json.dumps(binding))
+    assert _wait(lambda: _row(s, f"{MODEL}-memory").get("error") is None)
