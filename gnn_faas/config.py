@@ -23,6 +23,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -84,6 +85,39 @@ class LimitsConfig:
 
 
 @dataclass(frozen=True)
+class KnativeSettings:
+    """Where the knative backend finds the chart's Knative Services."""
+
+    namespace: str = "default"
+    # label selector of this release's functions (the chart sets app.kubernetes.io/instance)
+    selector: str = ""
+    # kubeconfig file; None: in-cluster config, else ~/.kube/config
+    kubeconfig: str | None = None
+    # seconds between reads of the API (Services, PodAutoscalers, pods)
+    refresh_s: float = 1.0
+    # seconds a new dispatch slot waits for Knative to add a ready replica
+    start_timeout_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class OpenFaaSSettings:
+    """How the openfaas backend reaches the OpenFaaS gateway."""
+
+    url: str = "http://gateway.openfaas:8080"
+    namespace: str | None = None
+    selector: str = ""
+    # basic auth read from these environment variables (the chart fills them from a Secret)
+    user_env: str = "OPENFAAS_USER"
+    password_env: str = "OPENFAAS_PASSWORD"
+    # scale through /system/scale-function with FaaS-GNN's launch rule (else OpenFaaS does)
+    gateway_scaling: bool = False
+    # calls one replica serves at once
+    concurrency: int = 1
+    refresh_s: float = 1.0
+    start_timeout_s: float = 60.0
+
+
+@dataclass(frozen=True)
 class PlatformConfig:
     kind: str = "local"
     keep_alive_s: float = 600.0
@@ -97,6 +131,14 @@ class PlatformConfig:
     min_instances: int = 1
     # memory function instance memory budget for one partition (λGrapher Alg. 2)
     runtime_mb: int = 96
+    knative: KnativeSettings = field(default_factory=KnativeSettings)
+    openfaas: OpenFaaSSettings = field(default_factory=OpenFaaSSettings)
+
+    def backend_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of the ``kind`` backend's constructor from this section."""
+        if self.kind in ("knative", "openfaas"):
+            return {"settings": getattr(self, self.kind)}
+        return {}
 
 
 @dataclass(frozen=True)
@@ -161,6 +203,8 @@ class ServingConfig:
     models: tuple[ModelServingConfig, ...] = (ModelServingConfig(),)
 
     def __post_init__(self):
+        # ${VAR} in the store URI comes from the environment (the chart's Redis URL is a Secret)
+        object.__setattr__(self, "store", os.path.expandvars(self.store))
         if not self.store:
             object.__setattr__(self, "store", f"file://{var_dir() / 'store'}")
         names = [m.name for m in self.models]

@@ -1,4 +1,6 @@
-"""``gnn-faas model import|show``: checkpoints from PyG state_dicts.
+"""``gnn-faas model import|show|push|pull``: checkpoints from PyG state_dicts,
+and checkpoints kept in the graph store (``push --store URI DIR...``, ``pull
+--store URI --name NAME --out DIR``; see functions/checkpoint_store.py).
 
 ``gnn-faas model import --pyg STATE_DICT --arch gcn|sage|gin|gat [--in-dim
 --hidden --out-dim --layers --heads --aggr --eps --concat --negative-slope ...]
@@ -86,6 +88,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     show = cmds.add_parser("show", help="print a checkpoint's config.json")
     show.add_argument("path", metavar="DIR")
     show.set_defaults(handler=_show)
+    push = cmds.add_parser("push", help="copy checkpoints into the store (_models/NAME/)")
+    push.add_argument("--store", required=True, help="store URI")
+    push.add_argument("paths", nargs="+", metavar="DIR", help="checkpoint directories")
+    push.add_argument("--name", default=None, help="model name (default: the directory's name)")
+    push.set_defaults(handler=_push)
+    pull = cmds.add_parser("pull", help="copy a checkpoint from the store into a directory")
+    pull.add_argument("--store", required=True, help="store URI")
+    pull.add_argument("--name", required=True, help="model name")
+    pull.add_argument("--out", required=True, help="directory to write")
+    pull.set_defaults(handler=_pull)
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -142,4 +154,27 @@ def _show(args: argparse.Namespace) -> int:
     from gnn_faas.functions.checkpoint import load_config
 
     print(load_config(args.path).to_json())
+    return 0
+
+
+def _push(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from gnn_faas.errors import InvalidRequest
+    from gnn_faas.functions.checkpoint_store import push_checkpoint
+
+    if args.name and len(args.paths) > 1:
+        raise InvalidRequest("--name needs exactly one checkpoint directory")
+    for path in args.paths:
+        name = args.name or Path(path).resolve().name
+        n = push_checkpoint(args.store, path, name)
+        print(f"pushed {path} as model {name!r} ({n} bytes) to {args.store}")
+    return 0
+
+
+def _pull(args: argparse.Namespace) -> int:
+    from gnn_faas.functions.checkpoint_store import pull_checkpoint
+
+    out = pull_checkpoint(args.store, args.name, args.out)
+    print(f"pulled model {args.name!r} into {out}")
     return 0

@@ -403,7 +403,24 @@ class ModelRuntime:
             "compute_pool": {**self.compute_pool.snapshot(), "stats": self.compute_pool.stats},
             "gateway_fetch": self.fetcher.stats.as_dict(),
             "caches": self._cache_stats(),
+            "functions": self.function_rows(),
         }
+
+    def function_rows(self) -> list[dict]:
+        """Per function: desired, actual and ready replicas and the ready revision
+        (as the platform reports them), calls in flight and queue length (the
+        gateway's pool: busy instances, items queued on instances or pending)."""
+        rows = []
+        for pool in (self.memory_pool, self.compute_pool):
+            snap = pool.snapshot()
+            try:
+                row = dict(self.platform.replicas(pool.name))
+            except Exception as exc:  # a platform API down must not break status
+                row = {"function": pool.name, "error": str(exc)}
+            row["in_flight"] = sum(1 for i in snap["instances"] if i["state"] == "busy")
+            row["queue_length"] = sum(snap["queues"].values()) + snap["pending"]
+            rows.append(row)
+        return rows
 
     def _cache_stats(self) -> list[dict]:
         """Each warm memory instance's own figures (cache hit rate, bytes read)."""
@@ -428,7 +445,9 @@ class DataPlane:
         self.clock = clock or RealClock()
         self.metrics = GatewayMetrics()
         # the data plane scales in (keep-alive), so the platform's own reaper is off
-        self.platform = platform or open_platform(serving.platform.kind, reaper_interval_s=None)
+        self.platform = platform or open_platform(
+            serving.platform.kind, reaper_interval_s=None, **serving.platform.backend_kwargs()
+        )
         self.models: dict[str, ModelRuntime] = {}
         for m in serving.models:
             self.models[m.name] = ModelRuntime(serving, m, self.platform, self.metrics, self.clock)
@@ -483,6 +502,25 @@ class DataPlane:
             "metering": metering.as_dict(),
         }
 
+    def _replica_gauges(self):
+        """The figures of ``gnn-faas status``'s function rows, as gauges."""
+        replicas = GaugeMetricFamily(
+            "gnn_faas_function_replicas",
+            "Function replicas: desired and actual (the platform's autoscaler), ready",
+            labels=["function", "kind"],
+        )
+        in_flight = GaugeMetricFamily(
+            "gnn_faas_function_in_flight", "Calls in flight per function", labels=["function"]
+        )
+        for rt in self.models.values():
+            for row in rt.function_rows():
+                for kind in ("desired", "actual", "ready"):
+                    if row.get(kind) is not None:
+                        replicas.add_metric([row["function"], kind], float(row[kind]))
+                in_flight.add_metric([row["function"]], float(row["in_flight"]))
+        yield replicas
+        yield in_flight
+
     def _gauges(self):
         inst = GaugeMetricFamily(
             "gnn_faas_instances", "Function instances by state", labels=["function", "state"]
@@ -500,8 +538,11 @@ class DataPlane:
         for rt in self.models.values():
             for pool in (rt.memory_pool, rt.compute_pool):
                 snap = pool.snapshot()
-                queue.add_metric([pool.name], sum(q for q in snap.get("queues", {}).values()))
+                # on instances and pending (waiting for one): as status's queue_length
+                queued = sum(snap["queues"].values()) + snap["pending"]
+                queue.add_metric([pool.name], queued)
         yield queue
+        yield from self._replica_gauges()
         report = self.platform.metering()
         for key, help_text in (
             ("allocated_gb_s", "Allocated memory x alive time"),
