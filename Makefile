@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STORE ?= file://$(CURDIR)/var/store
 
-.PHONY: install test-deps run test test-fast lint format bench clean
+.PHONY: install test-deps kube-tools run test test-fast lint format bench clean
 
 install: $(VENV)/.installed
 
@@ -23,10 +23,17 @@ test-deps:
 	@command -v redis-server >/dev/null || { \
 	  (apt-get update -q && apt-get install -y -q redis-server) >/dev/null; }
 
+# Real helm, kubectl and kube-apiserver 1.20.2 for the chart and platform tests
+# (../shared/tools/kube-apiserver.sh; the apiserver is built once, a few minutes,
+# then cached under ~/.cache/gnn-faas-tools). The tests call the script too.
+kube-tools: install
+	PYTHON=$(BIN)/python bash ../shared/tools/kube-apiserver.sh tools >/dev/null
+	PYTHON=$(BIN)/python bash ../shared/tools/kube-apiserver.sh build >/dev/null
+
 run: install
 	$(BIN)/gnn-faas demo --store $(STORE)
 
-test: install test-deps
+test: install test-deps kube-tools
 	$(BIN)/python -m pytest -q
 
 test-fast: install

@@ -12,6 +12,7 @@ Example::
     gateway: {port: 8080}
     platform: {keep_alive_s: 600, memory_function_mb: 512}
     buffers: {num_buffers: 4}
+    limits: {max_body_bytes: 16777216, max_json_depth: 16}
     models:
       - name: bitcoin-otc
         graph: bitcoin-otc
@@ -22,6 +23,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -46,7 +48,77 @@ class GatewayConfig:
     port: int = 8080
     threads: int = 32
     request_timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    """Bounds on one inference request, checked before any work starts.
+
+    Every check costs time and memory in proportion to the request's own size
+    (bytes, number of values), never to the values it holds: vertex ids are
+    checked against the graph's ``num_nodes``, graph ids against the number of
+    vertices in the same request, element counts (the product of a declared
+    shape) against the per-model ``max_targets`` before ``data`` is read.
+
+    - ``max_body_bytes``: the whole HTTP body, JSON and binary tensor data (413);
+    - ``max_json_depth``: nesting of JSON arrays and objects (a rank-2 ``data``
+      inside the request is depth 5);
+    - ``max_inputs`` / ``max_outputs``: entries of ``inputs`` / ``outputs``;
+    - ``max_rank``: entries of a ``shape``;
+    - ``max_id_chars``: length of the request ``id`` and of every name;
+    - ``max_parameters``: entries of a ``parameters`` object;
+    - ``max_values``: elements of a tensor of values (not ids), e.g. FP32 features.
+
+    YAML: a ``limits:`` section, e.g. ``limits: {max_body_bytes: 1048576}``.
+    """
+
     max_body_bytes: int = 16 * 1024 * 1024
+    max_json_depth: int = 16
+    max_inputs: int = 8
+    max_outputs: int = 8
+    max_rank: int = 4
+    max_id_chars: int = 256
+    max_parameters: int = 32
+    max_values: int = 1 << 20
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise InvalidRequest(f"limits.{f.name} must be a positive integer, got {v!r}")
+
+
+@dataclass(frozen=True)
+class KnativeSettings:
+    """Where the knative backend finds the chart's Knative Services."""
+
+    namespace: str = "default"
+    # label selector of this release's functions (the chart sets app.kubernetes.io/instance)
+    selector: str = ""
+    # kubeconfig file; None: in-cluster config, else ~/.kube/config
+    kubeconfig: str | None = None
+    # seconds between reads of the API (Services, PodAutoscalers, pods)
+    refresh_s: float = 1.0
+    # seconds a new dispatch slot waits for Knative to add a ready replica
+    start_timeout_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class OpenFaaSSettings:
+    """How the openfaas backend reaches the OpenFaaS gateway."""
+
+    url: str = "http://gateway.openfaas:8080"
+    namespace: str | None = None
+    selector: str = ""
+    # basic auth read from these environment variables (the chart fills them from a Secret)
+    user_env: str = "OPENFAAS_USER"
+    password_env: str = "OPENFAAS_PASSWORD"
+    # scale through /system/scale-function with FaaS-GNN's launch rule (else OpenFaaS does)
+    gateway_scaling: bool = False
+    # calls one replica serves at once
+    concurrency: int = 1
+    refresh_s: float = 1.0
+    start_timeout_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +135,14 @@ class PlatformConfig:
     min_instances: int = 1
     # memory function instance memory budget for one partition (λGrapher Alg. 2)
     runtime_mb: int = 96
+    knative: KnativeSettings = field(default_factory=KnativeSettings)
+    openfaas: OpenFaaSSettings = field(default_factory=OpenFaaSSettings)
+
+    def backend_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of the ``kind`` backend's constructor from this section."""
+        if self.kind in ("knative", "openfaas"):
+            return {"settings": getattr(self, self.kind)}
+        return {}
 
 
 @dataclass(frozen=True)
@@ -113,7 +193,7 @@ class ModelServingConfig:
     epochs: int = 100
     slo_s: float = 0.3
     fanouts: tuple[int, ...] | None = None
-    max_targets: int = 1024
+    max_targets: int = 1024  # most vertex ids one request may name (see LimitsConfig)
     mode: str = "graph_sharing"
     # OMEGA's SRPE: "precomputed" reads the stored p^(l) of the queries' neighbours
     # (gnn-faas precompute) and recomputes the recompute_budget share of them
@@ -135,9 +215,12 @@ class ServingConfig:
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
     platform: PlatformConfig = field(default_factory=PlatformConfig)
     buffers: BufferSettings = field(default_factory=BufferSettings)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
     models: tuple[ModelServingConfig, ...] = (ModelServingConfig(),)
 
     def __post_init__(self):
+        # ${VAR} in the store URI comes from the environment (the chart's Redis URL is a Secret)
+        object.__setattr__(self, "store", os.path.expandvars(self.store))
         if not self.store:
             object.__setattr__(self, "store", f"file://{var_dir() / 'store'}")
         names = [m.name for m in self.models]
@@ -160,6 +243,8 @@ class ServingConfig:
                 raise InvalidRequest(f"model {m.name!r}: recompute_budget must lie in [0, 1]")
             if m.max_new_vertices < 0 or m.max_new_edges < 0:
                 raise InvalidRequest(f"model {m.name!r}: max_new_vertices/edges must be >= 0")
+            if isinstance(m.max_targets, bool) or m.max_targets < 1:
+                raise InvalidRequest(f"model {m.name!r}: max_targets must be a positive integer")
 
     def model(self, name: str) -> ModelServingConfig:
         for m in self.models:

@@ -2,6 +2,11 @@
 
 The HTTP layers (gateway, functions) turn these into ``{"error": ...}`` JSON
 bodies with ``http_status``; the CLI turns them into a message and exit code 2.
+
+:func:`http_status` is the one mapping from an exception to a status (KServe
+style): a :class:`GnnFaasError` carries its own (4xx: the client's fault; 503
+with ``Retry-After``: overload or a transient failure; 5xx otherwise); any other
+exception that reaches the HTTP layer is a fault of ours, a logged 500.
 """
 
 from __future__ import annotations
@@ -20,7 +25,16 @@ class InvalidRequest(GnnFaasError):
 
 
 class PayloadTooLarge(InvalidRequest):
+    """A request beyond a configured limit (body bytes, ids per request)."""
+
     http_status = 413
+
+
+class UnsupportedRequest(InvalidRequest):
+    """A well-formed request the model cannot answer (its task has no such
+    request kind, or it has no such output)."""
+
+    http_status = 400
 
 
 class NotFound(GnnFaasError):
@@ -61,6 +75,25 @@ class MissingExtra(GnnFaasError):
 
 
 class Unavailable(GnnFaasError):
-    """No instance could serve the request right now."""
+    """No instance could serve the request right now (503, with ``Retry-After``
+    seconds as a client should wait before trying again)."""
 
     http_status = 503
+    retry_after_s: float = 1.0
+
+
+def http_status(exc: BaseException) -> int:
+    """The HTTP status an exception maps to: its ``http_status`` for a
+    :class:`GnnFaasError`, else 500 (an unexpected fault of ours)."""
+    if isinstance(exc, GnnFaasError):
+        return int(exc.http_status)
+    return 500
+
+
+def http_headers(exc: BaseException) -> dict[str, str]:
+    """Extra response headers for an error: ``Retry-After`` (whole seconds, at
+    least 1) on every 503."""
+    if http_status(exc) == 503:
+        seconds = getattr(exc, "retry_after_s", 1.0)
+        return {"Retry-After": str(max(1, int(-(-float(seconds) // 1))))}
+    return {}

@@ -24,7 +24,7 @@ from typing import Any
 from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from gnn_faas.errors import GnnFaasError, InvalidRequest
+from gnn_faas.errors import GnnFaasError, InvalidRequest, http_headers, http_status
 from gnn_faas.functions.wire import (
     DEFAULT_MAX_BYTES,
     FRAME_MIME,
@@ -57,9 +57,10 @@ class RequestTimer:
             return {"requests": self.requests, "errors": self.errors, "seconds": self.seconds}
 
 
-def error_response(message: str, status: int) -> Response:
+def error_response(message: str, status: int, headers: dict[str, str] | None = None) -> Response:
     resp = jsonify({"error": message})
     resp.status_code = status
+    resp.headers.update(headers or {})
     return resp
 
 
@@ -72,7 +73,7 @@ def install(app: Flask, max_content_length: int = DEFAULT_MAX_BYTES) -> Flask:
 
     @app.errorhandler(GnnFaasError)
     def _gnn_faas_error(exc: GnnFaasError):
-        return error_response(str(exc) or type(exc).__name__, exc.http_status)
+        return error_response(str(exc) or type(exc).__name__, http_status(exc), http_headers(exc))
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException):
@@ -86,8 +87,9 @@ def install(app: Flask, max_content_length: int = DEFAULT_MAX_BYTES) -> Flask:
     def _unexpected(exc: Exception):
         if isinstance(exc, HTTPException):  # pragma: no cover - handled above
             return _http_error(exc)
+        # a bug of ours: the traceback goes to the log, a short JSON to the client
         log.exception("unhandled error serving %s %s", request.method, request.path)
-        return error_response(f"internal error ({type(exc).__name__}: {exc})", 500)
+        return error_response(f"internal error ({type(exc).__name__})", http_status(exc))
 
     @app.before_request
     def _start_timer():

@@ -29,6 +29,8 @@ COMMAND_MODULES = [
     "gnn_faas.cli.demo",
     "gnn_faas.cli.size",
     "gnn_faas.cli.precompute",
+    "gnn_faas.cli.chart_values",
+    "gnn_faas.cli.deploy",
 ]
 
 

@@ -130,6 +130,28 @@ def _invoke(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_functions(rows: list[dict]) -> None:
+    """Per function: replicas as the platform reports them, in-flight calls, queue."""
+    if not rows:
+        return
+    print(
+        f"  {'function':<28} {'desired':>7} {'actual':>6} {'ready':>5} "
+        f"{'in-flight':>9} {'queue':>5}  revision"
+    )
+
+    def n(v):
+        return "-" if v is None else str(v)
+
+    for r in rows:
+        print(
+            f"  {r['function']:<28} {n(r.get('desired')):>7} {n(r.get('actual')):>6} "
+            f"{n(r.get('ready')):>5} {n(r.get('in_flight')):>9} {n(r.get('queue_length')):>5}  "
+            f"{r.get('revision') or '-'}"
+        )
+        if r.get("error"):
+            print(f"    platform error: {r['error']}")
+
+
 def _status(args: argparse.Namespace) -> int:
     import requests
 
@@ -155,6 +177,7 @@ def _status(args: argparse.Namespace) -> int:
             pool = m[key]
             states = ", ".join(f"{i['instance']} {i['state']}" for i in pool["instances"])
             print(f"  {pool['name']}: [{states}] queues {pool['queues']} pending {pool['pending']}")
+        _print_functions(m.get("functions") or [])
         bs = m.get("buffer_stats") or {}
         if bs:
             print(

@@ -13,7 +13,11 @@ Weight names per layer ``i`` (0-based; ``c`` = PyG ``out_channels``, ``H`` = hea
     gin   convs.i.nn.0.weight [hidden, d_in]  convs.i.nn.0.bias [hidden]
           convs.i.nn.2.weight [d_out, hidden] convs.i.nn.2.bias [d_out]  (convs.i.eps [1] optional)
     gat   convs.i.lin.weight [H*c, d_in]   convs.i.att_src [1, H, c]  convs.i.att_dst [1, H, c]
-          convs.i.bias [H*c] (hidden layers, heads concatenated) or [c] (last layer, mean)
+          convs.i.bias [H*c] (heads concatenated) or [c] (heads averaged)
+
+Per-layer settings (``ModelConfig.layers``) give each layer its own ``c``,
+``H``, concat and GIN MLP width; a layer built with ``bias=False`` has no bias
+(sage: no ``lin_l.bias``), a SAGE layer with ``root_weight=False`` no ``lin_r``.
 
 The memory side needs only the config: :func:`load_config` never imports
 torch. Only :func:`save_checkpoint` and :func:`load_state` do, inside.
@@ -37,19 +41,22 @@ def expected_shapes(config: ModelConfig) -> tuple[dict[str, tuple[int, ...]], se
     shapes: dict[str, tuple[int, ...]] = {}
     optional: set[str] = set()
     dims = config.layer_dims()
+    settings = config.layer_settings()
     for i, (d_in, c) in enumerate(config.layer_channels()):
         p = f"convs.{i}."
-        last = i == config.num_layers - 1
+        lc = settings[i]
         if config.arch == "gcn":
-            shapes |= {p + "lin.weight": (c, d_in), p + "bias": (c,)}
+            shapes |= {p + "lin.weight": (c, d_in)}
+            if lc.bias:
+                shapes[p + "bias"] = (c,)
         elif config.arch == "sage":
-            shapes |= {
-                p + "lin_l.weight": (c, d_in),
-                p + "lin_l.bias": (c,),
-                p + "lin_r.weight": (c, d_in),
-            }
+            shapes[p + "lin_l.weight"] = (c, d_in)
+            if lc.bias:
+                shapes[p + "lin_l.bias"] = (c,)
+            if lc.root_weight:
+                shapes[p + "lin_r.weight"] = (c, d_in)
         elif config.arch == "gin":
-            h, d_out = config.hidden_dim, dims[i][1]
+            h, d_out = lc.mlp_hidden, dims[i][1]
             shapes |= {
                 p + "nn.0.weight": (h, d_in),
                 p + "nn.0.bias": (h,),
@@ -59,13 +66,14 @@ def expected_shapes(config: ModelConfig) -> tuple[dict[str, tuple[int, ...]], se
             shapes[p + "eps"] = (1,)
             optional.add(p + "eps")
         else:
-            heads = config.heads
+            heads = lc.heads
             shapes |= {
                 p + "lin.weight": (heads * c, d_in),
                 p + "att_src": (1, heads, c),
                 p + "att_dst": (1, heads, c),
-                p + "bias": (c,) if last else (heads * c,),
             }
+            if lc.bias:
+                shapes[p + "bias"] = (heads * c,) if lc.concat else (c,)
     return shapes, optional
 
 
@@ -90,10 +98,17 @@ def check_shapes(config: ModelConfig, shapes: dict[str, tuple[int, ...]], where:
         desc = (
             f"{config.arch} in={config.in_dim} hidden={config.hidden_dim} "
             f"out={config.out_dim} layers={config.num_layers} heads={config.heads}"
+            + ("" if config.layers is None else f" per-layer {_layers_text(config)}")
         )
         raise InvalidRequest(
             f"{where}: weights do not match the model ({desc}): " + ", ".join(problems)
         )
+
+
+def _layers_text(config: ModelConfig) -> str:
+    return ", ".join(
+        f"{lc.channels}x{lc.heads}{'c' if lc.concat else ''}" for lc in config.layer_settings()
+    )
 
 
 def save_checkpoint(

@@ -13,12 +13,14 @@ A layer is up to three stages: an optional ``pre`` (compute side, torch), an
   on the memory side, so nothing is sent. A later layer transforms first when
   ``d_out < d_in`` (fewer bytes both ways). ``LayerStep.transform_first``
   records the choice.
-- sage: ``agg = mean|max(h)`` over the in-neighbours and ``root`` = the
-  destinations' own rows (``return_root``); post ``lin_l(agg) + lin_r(root)``.
+- sage: ``agg = mean|max(h)`` (per layer) over the in-neighbours and ``root`` =
+  the destinations' own rows (``return_root``, unless ``root_weight=False``);
+  post ``lin_l(agg) + lin_r(root)``.
 - gin: ``agg = (1 + eps) h_i + sum_j h_j``; post ``MLP(agg)``.
 - gat: pre ``x' = W h`` per head, ``alpha_src = <x', att_src>``, ``alpha_dst =
-  <x', att_dst>``; ``agg`` = attention-weighted sum; post concat (hidden) or
-  mean (last) of the heads, ``+ b``. Layer 1's pre needs the raw input rows on
+  <x', att_dst>``; ``agg`` = attention-weighted sum; post concat (``concat``)
+  or mean of the heads, ``+ b``; heads, concat and ``negative_slope`` are per
+  layer. Layer 1's pre needs the raw input rows on
   the compute side: the memory side reads them (``Transport.features``) and
   ships them, then receives ``x'`` and the attention terms back.
 
@@ -55,6 +57,8 @@ class LayerStep:
     eps: float = 0.0
     negative_slope: float = 0.2
     heads: int = 1
+    concat: bool = False  # gat: post concatenates the heads (else averages them)
+    bias: bool = True  # post adds the layer's bias
 
     @property
     def src_dim(self) -> int:
@@ -93,9 +97,13 @@ class ModelPlan:
     def from_config(cls, cfg: ModelConfig) -> ModelPlan:
         steps = []
         chans = cfg.layer_channels()
+        settings = cfg.layer_settings()
         for layer, (d_in, d_out) in enumerate(cfg.layer_dims(), start=1):
             last = layer == cfg.num_layers
-            common = dict(layer=layer, post=True, in_dim=d_in, out_dim=d_out, last=last)
+            lc = settings[layer - 1]
+            common = dict(
+                layer=layer, post=True, in_dim=d_in, out_dim=d_out, last=last, bias=lc.bias
+            )
             if cfg.arch == "gcn":
                 # Layer 1's rows are on the memory side already: aggregate first.
                 tf = layer > 1 and d_out < d_in
@@ -111,10 +119,10 @@ class ModelPlan:
                 )
             elif cfg.arch == "sage":
                 step = LayerStep(
-                    op=cfg.aggr,
+                    op=lc.aggr,
                     pre=False,
                     transform_first=False,
-                    return_root=True,
+                    return_root=lc.root_weight,
                     needs_degrees=False,
                     needs_alpha=False,
                     agg_dim=d_in,
@@ -129,7 +137,7 @@ class ModelPlan:
                     needs_degrees=False,
                     needs_alpha=False,
                     agg_dim=d_in,
-                    eps=float(cfg.eps),
+                    eps=float(lc.eps),
                     **common,
                 )
             else:  # gat
@@ -140,8 +148,10 @@ class ModelPlan:
                     return_root=False,
                     needs_degrees=False,
                     needs_alpha=True,
-                    agg_dim=cfg.heads * chans[layer - 1][1],
-                    heads=cfg.heads,
+                    agg_dim=lc.heads * chans[layer - 1][1],
+                    heads=lc.heads,
+                    concat=lc.concat,
+                    negative_slope=float(lc.negative_slope),
                     **common,
                 )
             steps.append(step)

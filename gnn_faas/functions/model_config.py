@@ -14,6 +14,14 @@ between layers (none after the last) and follows PyG's defaults:
   ``hidden_dim`` is the width of ONE head (PyG's ``out_channels``), so a hidden
   layer outputs ``heads * hidden_dim``; the last layer averages its heads.
 
+Per-layer settings (``layers``, one :class:`LayerConfig` per layer) override
+the uniform ones, for anything PyG lets each layer choose: the width
+(``channels``, PyG's ``out_channels``), GAT ``heads`` and ``concat`` (the
+common ``GATConv(in, h, heads=4)`` then ``GATConv(4h, out, heads=1)``), GAT
+``negative_slope``, SAGE ``aggr`` and ``root_weight``, GIN ``eps`` and MLP
+width, and ``bias``. A layer outputs ``heads * channels`` rows wide when it
+concatenates its heads, else ``channels``; the last layer's output is ``out_dim``.
+
 ``task`` says what the output of the last layer is: ``"vertex"`` means class
 scores (logits, ``out_dim == num_classes``); any other task (``"embedding"``,
 ``"edge"``, ``"graph"``) means embeddings of width ``out_dim`` that the
@@ -39,6 +47,46 @@ NORMALIZATION = {"gcn": "sym", "sage": "none", "gin": "none", "gat": "softmax"}
 
 
 @dataclass(frozen=True)
+class LayerConfig:
+    """One layer's settings (PyG constructor arguments of its conv).
+
+    ``channels``: PyG ``out_channels`` (gat: per head; gin: the MLP's output).
+    ``heads``/``concat``/``negative_slope``: gat. ``aggr``/``root_weight``: sage.
+    ``eps``/``mlp_hidden``: gin (``Linear(d_in, mlp_hidden), ReLU,
+    Linear(mlp_hidden, channels)``). ``bias``: the conv's output bias (gcn,
+    sage ``lin_l``, gat).
+    """
+
+    channels: int
+    heads: int = 1
+    concat: bool = False
+    negative_slope: float = 0.2
+    aggr: str = "mean"
+    root_weight: bool = True
+    eps: float = 0.0
+    mlp_hidden: int = 0
+    bias: bool = True
+
+    @property
+    def out_width(self) -> int:
+        """Width of the layer's output rows."""
+        return self.channels * self.heads if self.concat else self.channels
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> LayerConfig:
+        if not isinstance(d, dict):
+            raise InvalidRequest(f"model config: {where} must be an object")
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise InvalidRequest(f"model config: {where}: unknown keys {unknown}")
+        try:
+            return cls(**d)
+        except TypeError as exc:
+            raise InvalidRequest(f"model config: {where}: {exc}") from None
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """Architecture, dimensions and provenance of a model (no weights)."""
 
@@ -54,6 +102,8 @@ class ModelConfig:
     task: str = "vertex"  # what out_dim means: "vertex" class scores; embeddings otherwise
     num_classes: int = 0
     fanouts: tuple[int, ...] | None = None  # default sampling for serving (None = full)
+    # per-layer settings overriding the uniform ones above (None: uniform)
+    layers: tuple[LayerConfig, ...] | None = None
     # training figures (accuracy, epochs, ...); not hashed, so configs and plans
     # can key caches
     extra: dict = field(default_factory=dict, hash=False)
@@ -61,6 +111,14 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.fanouts is not None and not isinstance(self.fanouts, tuple):
             object.__setattr__(self, "fanouts", tuple(self.fanouts))
+        if self.layers is not None:
+            if not isinstance(self.layers, (list, tuple)):
+                raise InvalidRequest("model config: layers must be a list of objects")
+            layers = tuple(
+                x if isinstance(x, LayerConfig) else LayerConfig.from_dict(x, f"layers[{i}]")
+                for i, x in enumerate(self.layers)
+            )
+            object.__setattr__(self, "layers", layers)
         self.validate()
 
     # -- validation ----------------------------------------------------------
@@ -103,6 +161,64 @@ class ModelConfig:
             raise InvalidRequest("model config: graph must be a string")
         if not isinstance(self.extra, dict):
             raise InvalidRequest("model config: extra must be a JSON object")
+        if self.layers is not None:
+            self._validate_layers()
+
+    def _validate_layers(self) -> None:
+        if len(self.layers) != self.num_layers:
+            raise InvalidRequest(
+                f"model config: layers has {len(self.layers)} entries for {self.num_layers} layers"
+            )
+        for i, lc in enumerate(self.layers):
+            where = f"model config: layers[{i}]"
+            for name in ("channels", "heads"):
+                v = getattr(lc, name)
+                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                    raise InvalidRequest(f"{where}.{name} must be a positive integer, got {v!r}")
+            for name in ("concat", "root_weight", "bias"):
+                if not isinstance(getattr(lc, name), bool):
+                    raise InvalidRequest(f"{where}.{name} must be true or false")
+            for name in ("eps", "negative_slope"):
+                v = getattr(lc, name)
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise InvalidRequest(f"{where}.{name} must be a finite number, got {v!r}")
+            if self.arch != "gat" and (lc.heads != 1 or lc.concat):
+                raise InvalidRequest(f"{where}: heads and concat apply to gat only")
+            if self.arch == "sage" and lc.aggr not in SAGE_AGGRS:
+                raise InvalidRequest(f"{where}.aggr must be one of {SAGE_AGGRS}, got {lc.aggr!r}")
+            if self.arch == "gin" and (
+                isinstance(lc.mlp_hidden, bool)
+                or not isinstance(lc.mlp_hidden, int)
+                or lc.mlp_hidden < 1
+            ):
+                raise InvalidRequest(f"{where}.mlp_hidden must be a positive integer for gin")
+        if self.layers[-1].out_width != self.out_dim:
+            raise InvalidRequest(
+                f"model config: the last layer outputs {self.layers[-1].out_width} columns but "
+                f"out_dim is {self.out_dim}"
+            )
+
+    # -- per-layer settings ------------------------------------------------------
+    def layer_settings(self) -> tuple[LayerConfig, ...]:
+        """Every layer's settings: ``layers`` when given, else the uniform
+        fields (hidden layers ``hidden_dim`` wide, the last ``out_dim``; gat
+        hidden layers concatenate their heads, the last averages them)."""
+        if self.layers is not None:
+            return self.layers
+        out = []
+        for layer in range(1, self.num_layers + 1):
+            last = layer == self.num_layers
+            out.append(
+                LayerConfig(
+                    channels=self.out_dim if last else self.hidden_dim,
+                    heads=self.heads if self.arch == "gat" else 1,
+                    concat=self.arch == "gat" and not last,
+                    aggr=self.aggr,
+                    eps=float(self.eps),
+                    mlp_hidden=self.hidden_dim if self.arch == "gin" else 0,
+                )
+            )
+        return tuple(out)
 
     # -- shapes ----------------------------------------------------------------
     def layer_channels(self) -> list[tuple[int, int]]:
@@ -112,25 +228,24 @@ class ModelConfig:
         """
         chans = []
         d_in = self.in_dim
-        for layer in range(1, self.num_layers + 1):
-            last = layer == self.num_layers
-            c = self.out_dim if last else self.hidden_dim
-            chans.append((d_in, c))
-            d_in = c * self.heads if (self.arch == "gat" and not last) else c
+        for lc in self.layer_settings():
+            chans.append((d_in, lc.channels))
+            d_in = lc.out_width
         return chans
 
     def layer_dims(self) -> list[tuple[int, int]]:
         """``(d_in, d_out)`` per layer: the widths of the rows each layer maps."""
-        dims = []
-        for layer, (d_in, c) in enumerate(self.layer_channels(), start=1):
-            last = layer == self.num_layers
-            dims.append((d_in, c * self.heads if (self.arch == "gat" and not last) else c))
-        return dims
+        return [
+            (d_in, lc.out_width)
+            for (d_in, _), lc in zip(self.layer_channels(), self.layer_settings())
+        ]
 
     # -- JSON ------------------------------------------------------------------
     def to_json(self) -> str:
         d = asdict(self)
         d["fanouts"] = None if self.fanouts is None else list(self.fanouts)
+        if self.layers is None:
+            del d["layers"]  # uniform models keep the file as before
         d["format"] = CONFIG_FORMAT
         d["version"] = CONFIG_VERSION
         d["normalization"] = NORMALIZATION[self.arch]

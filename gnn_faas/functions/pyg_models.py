@@ -28,17 +28,24 @@ def build_conv(config: ModelConfig, layer: int, cached: bool = False) -> nn.Modu
     the weights are the same)."""
     d_in, c = config.layer_channels()[layer - 1]
     d_out = config.layer_dims()[layer - 1][1]
-    last = layer == config.num_layers
+    lc = config.layer_settings()[layer - 1]
     if config.arch == "gcn":
-        return GCNConv(d_in, c, cached=cached)
+        return GCNConv(d_in, c, cached=cached, bias=lc.bias)
     if config.arch == "sage":
-        return SAGEConv(d_in, c, aggr=config.aggr)
+        return SAGEConv(d_in, c, aggr=lc.aggr, root_weight=lc.root_weight, bias=lc.bias)
     if config.arch == "gin":
         mlp = nn.Sequential(
-            nn.Linear(d_in, config.hidden_dim), nn.ReLU(), nn.Linear(config.hidden_dim, d_out)
+            nn.Linear(d_in, lc.mlp_hidden), nn.ReLU(), nn.Linear(lc.mlp_hidden, d_out)
         )
-        return GINConv(mlp, eps=config.eps, train_eps=False)
-    return GATConv(d_in, c, heads=config.heads, concat=not last)
+        return GINConv(mlp, eps=lc.eps, train_eps=False)
+    return GATConv(
+        d_in,
+        c,
+        heads=lc.heads,
+        concat=lc.concat,
+        negative_slope=lc.negative_slope,
+        bias=lc.bias,
+    )
 
 
 class PygGNN(nn.Module):

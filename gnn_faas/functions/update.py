@@ -9,8 +9,8 @@ in and out, so the transports that carry its tensors stay torch-free:
 - sage: post ``W_l agg + b_l + W_r root``;
 - gin: post ``MLP(agg) = W_2 ReLU(W_1 agg + b_1) + b_2``;
 - gat: pre ``x' = W h`` as ``[n, H, C]``, ``alpha_src = (x' * att_src).sum(-1)``,
-  ``alpha_dst = (x' * att_dst).sum(-1)``; post concat heads (hidden layers) or
-  their mean (last layer), ``+ b``;
+  ``alpha_dst = (x' * att_dst).sum(-1)``; post concat heads (``concat``) or
+  their mean, ``+ b`` (heads and concat per layer);
 
 then ReLU unless the layer is the last. Heads: ``edge_scores`` =
 ``sigmoid(<h_u, h_v>)`` (edge-level requests), ``graph_readout`` = mean pool per
@@ -89,6 +89,10 @@ class UpdateModel:
     def _param(self, layer: int, name: str) -> torch.Tensor:
         return self.w[f"convs.{layer - 1}.{name}"]
 
+    def _bias(self, out: torch.Tensor, layer: int, name: str) -> torch.Tensor:
+        """``out + b``, or ``out`` for a layer built with ``bias=False``."""
+        return out + self._param(layer, name) if self._step(layer).bias else out
+
     def _t(self, a: np.ndarray) -> torch.Tensor:
         """One host->device move of a batch (a read-only frame view is copied
         once on the host first: torch wants writable memory)."""
@@ -142,26 +146,24 @@ class UpdateModel:
             a = self._t(agg)
             if step.op == "gcn":
                 out = a if step.transform_first else a @ self._param(layer, "lin.weight").T
-                out = out + self._param(layer, "bias")
-            elif step.return_root:  # sage
-                if root is None:
-                    raise InvalidRequest(f"layer {layer} (sage) needs the root rows")
-                _rows(root, "root", step.in_dim)
-                if root.shape[0] != agg.shape[0]:
-                    raise InvalidRequest("root and agg must have the same number of rows")
-                out = (
-                    a @ self._param(layer, "lin_l.weight").T
-                    + self._param(layer, "lin_l.bias")
-                    + self._t(root) @ self._param(layer, "lin_r.weight").T
-                )
+                out = self._bias(out, layer, "bias")
+            elif step.op in ("mean", "max"):  # sage
+                out = self._bias(a @ self._param(layer, "lin_l.weight").T, layer, "lin_l.bias")
+                if step.return_root:
+                    if root is None:
+                        raise InvalidRequest(f"layer {layer} (sage) needs the root rows")
+                    _rows(root, "root", step.in_dim)
+                    if root.shape[0] != agg.shape[0]:
+                        raise InvalidRequest("root and agg must have the same number of rows")
+                    out = out + self._t(root) @ self._param(layer, "lin_r.weight").T
             elif step.op == "gin":
                 hid = torch.relu(
                     a @ self._param(layer, "nn.0.weight").T + self._param(layer, "nn.0.bias")
                 )
                 out = hid @ self._param(layer, "nn.2.weight").T + self._param(layer, "nn.2.bias")
             else:  # gat
-                out = a.mean(dim=1) if step.last else a.reshape(a.shape[0], -1)
-                out = out + self._param(layer, "bias")
+                out = a.reshape(a.shape[0], -1) if step.concat else a.mean(dim=1)
+                out = self._bias(out, layer, "bias")
             if not step.last:
                 out = torch.relu(out)
             return self._np(out)

@@ -8,11 +8,15 @@ Open Inference Protocol (KServe/Triton v2 REST)::
     GET  /v2/models               the served models (a convenience beyond OIP)
     GET  /v2/models/{m}           model metadata
     GET  /v2/models/{m}/ready     that model could serve a request now
-    POST /v2/models/{m}/infer     inference
+    POST /v2/models/{m}/infer     inference (JSON, or the binary tensor data extension)
+    GET  /v2/openapi.json         OpenAPI 3 description of these endpoints
     GET  /metrics                 Prometheus text format
     GET  /v1/status               instances, queues, buffers, caches, metering (JSON)
 
-Errors are ``{"error": "..."}`` with a 4xx status (gnn_faas.http).
+Errors are ``{"error": "..."}``: 4xx for the client's fault, 503 with
+``Retry-After`` for overload, 500 (logged with its traceback) only for a fault
+of ours. The mapping from exception to status is :func:`gnn_faas.errors.http_status`;
+the handlers are installed by :func:`gnn_faas.http.install`.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from flask import Flask, Response, jsonify, request
 from gnn_faas import __version__
 from gnn_faas.errors import InvalidRequest
 from gnn_faas.gateway.data_plane import DataPlane
+from gnn_faas.gateway.inference_request import HEADER_LENGTH, RawInferRequest
+from gnn_faas.gateway.openapi import build_openapi
 from gnn_faas.http import install, request_body
 
 log = logging.getLogger("gnn_faas.gateway")
@@ -31,7 +37,7 @@ log = logging.getLogger("gnn_faas.gateway")
 
 def create_gateway_app(plane: DataPlane) -> Flask:
     app = Flask("gnn_faas.gateway")
-    install(app, plane.serving.gateway.max_body_bytes)
+    install(app, plane.serving.limits.max_body_bytes)
     app.extensions["gnn_faas_plane"] = plane
 
     @app.get("/v2/health/live")
@@ -45,7 +51,17 @@ def create_gateway_app(plane: DataPlane) -> Flask:
 
     @app.get("/v2")
     def server_metadata():
-        return jsonify({"name": "gnn-faas", "version": __version__, "extensions": ["metrics"]})
+        return jsonify(
+            {
+                "name": "gnn-faas",
+                "version": __version__,
+                "extensions": ["binary_tensor_data", "metrics", "openapi"],
+            }
+        )
+
+    @app.get("/v2/openapi.json")
+    def openapi():
+        return jsonify(build_openapi(sorted(plane.models), plane.serving.limits))
 
     @app.get("/v2/models")
     def models():
@@ -62,7 +78,9 @@ def create_gateway_app(plane: DataPlane) -> Flask:
 
     @app.post("/v2/models/<name>/infer")
     def infer(name: str):
-        return jsonify(plane.model(name).infer(request_body()))
+        raw = RawInferRequest(request_body(), request.headers.get(HEADER_LENGTH))
+        body, headers = plane.model(name).infer(raw).encode()
+        return Response(body, status=200, headers=headers)
 
     @app.get("/metrics")
     def metrics():

@@ -34,16 +34,18 @@ from gnn_faas.functions.layer_plan import ModelPlan
 from gnn_faas.gateway.buffer_pool import ClosedBuffer, MultiBufferPool
 from gnn_faas.gateway.inference_request import (
     InferenceRequest,
-    make_infer_response,
+    InferResponse,
+    RawInferRequest,
+    model_signature,
     parse_infer_request,
 )
 from gnn_faas.gateway.load_aware_queue import FunctionPool
 from gnn_faas.gateway.metrics import GatewayMetrics
 from gnn_faas.gateway.new_vertices import (
     NewVertexLimits,
-    new_vertex_metadata,
     parse_new_vertices,
     split_new_vertex_inputs,
+    with_new_vertex_inputs,
 )
 from gnn_faas.gateway.timeout_configurator import load_configurator
 from gnn_faas.scheduler.merge import merge_computation_graphs
@@ -233,18 +235,11 @@ class ModelRuntime:
             "name": self.name,
             "versions": ["1"],
             "platform": "gnn-faas",
-            "inputs": [
-                {"name": "targets", "datatype": "INT64", "shape": [-1]},
-                {"name": "pairs", "datatype": "INT64", "shape": [-1, 2]},
-                {"name": "vertices", "datatype": "INT64", "shape": [-1]},
-                {"name": "graph_ids", "datatype": "INT64", "shape": [-1]},
-                *new_vertex_metadata(),
-            ],
-            "outputs": [
-                {"name": "scores", "datatype": "FP32", "shape": [-1, cfg.out_dim]},
-                {"name": "predictions", "datatype": "INT64", "shape": [-1]},
-            ],
+            # the inputs and outputs of the request kinds this model's task answers,
+            # and the optional new-vertex inputs (gateway/new_vertices.py)
+            **with_new_vertex_inputs(model_signature(cfg.task, cfg.out_dim)),
             "parameters": {
+                "task": cfg.task,
                 "graph": self.m.graph,
                 "num_nodes": self.graph.num_nodes,
                 "arch": cfg.arch,
@@ -257,7 +252,7 @@ class ModelRuntime:
         }
 
     # -- request path --------------------------------------------------------------
-    def infer(self, body: bytes | dict) -> dict:
+    def infer(self, body: bytes | dict | RawInferRequest) -> InferResponse:
         """Answer one OIP request (counted by kind and outcome in the metrics)."""
         kind = "unknown"  # the kind is known only once the body parsed
         try:
@@ -268,7 +263,7 @@ class ModelRuntime:
         self.metrics.requests.labels(self.name, kind, "ok").inc()
         return result
 
-    def _infer(self, body: bytes | dict) -> tuple[dict, str]:
+    def _infer(self, body: bytes | dict | RawInferRequest) -> tuple[InferResponse, str]:
         t0 = time.perf_counter()
         arrival = self.clock.now()
         m = self.metrics
@@ -282,7 +277,14 @@ class ModelRuntime:
                 self.new_vertex_limits,
             )
             num_ids = self.graph.num_nodes if overlay is None else overlay.num_nodes
-            req = parse_infer_request(self.name, body, num_ids, max_targets=self.m.max_targets)
+            req = parse_infer_request(
+                self.name,
+                body,
+                num_ids,
+                max_targets=self.m.max_targets,
+                task=self.model_config.task,
+                limits=self.serving.limits,
+            )
         with m.stage(self.name, "khop"):
             stats = FetchStats()
             before = self.fetcher.stats.bytes_read
@@ -312,7 +314,11 @@ class ModelRuntime:
             self.totals["requests"] += 1
             self.totals["slo_violations"] += int(late)
         info = {**info, "latency_ms": latency * 1e3, "arrival_s": arrival}
-        return make_infer_response(self.name, req.id, outputs, parameters=info), req.kind
+        # only the outputs the client asked for; binary ones as binary tensor data
+        response = InferResponse(
+            self.name, req.id, req.select_outputs(outputs), info, req.binary_outputs
+        )
+        return response, req.kind
 
     def _graph_of(self, targets: np.ndarray, overlay: GraphOverlay | None, stats: FetchStats):
         """The computation graph of ``targets``: the k-hop one, or with
@@ -438,6 +444,8 @@ class ModelRuntime:
         order = np.searchsorted(req.targets, req.vertices)
         if req.kind == "vertex":
             scores = emb[order]
+            if self.model_config.task != "vertex":  # embeddings, not class scores
+                return {"embeddings": scores}
             return {"scores": scores, "predictions": scores.argmax(axis=1)}
         if req.kind == "edge":
             u = emb[np.searchsorted(req.targets, req.pairs[:, 0])]
@@ -460,7 +468,24 @@ class ModelRuntime:
             "compute_pool": {**self.compute_pool.snapshot(), "stats": self.compute_pool.stats},
             "gateway_fetch": self.fetcher.stats.as_dict(),
             "caches": self._cache_stats(),
+            "functions": self.function_rows(),
         }
+
+    def function_rows(self) -> list[dict]:
+        """Per function: desired, actual and ready replicas and the ready revision
+        (as the platform reports them), calls in flight and queue length (the
+        gateway's pool: busy instances, items queued on instances or pending)."""
+        rows = []
+        for pool in (self.memory_pool, self.compute_pool):
+            snap = pool.snapshot()
+            try:
+                row = dict(self.platform.replicas(pool.name))
+            except Exception as exc:  # a platform API down must not break status
+                row = {"function": pool.name, "error": str(exc)}
+            row["in_flight"] = sum(1 for i in snap["instances"] if i["state"] == "busy")
+            row["queue_length"] = sum(snap["queues"].values()) + snap["pending"]
+            rows.append(row)
+        return rows
 
     def _cache_stats(self) -> list[dict]:
         """Each warm memory instance's own figures (cache hit rate, bytes read)."""
@@ -485,7 +510,9 @@ class DataPlane:
         self.clock = clock or RealClock()
         self.metrics = GatewayMetrics()
         # the data plane scales in (keep-alive), so the platform's own reaper is off
-        self.platform = platform or open_platform(serving.platform.kind, reaper_interval_s=None)
+        self.platform = platform or open_platform(
+            serving.platform.kind, reaper_interval_s=None, **serving.platform.backend_kwargs()
+        )
         self.models: dict[str, ModelRuntime] = {}
         for m in serving.models:
             self.models[m.name] = ModelRuntime(serving, m, self.platform, self.metrics, self.clock)
@@ -540,6 +567,25 @@ class DataPlane:
             "metering": metering.as_dict(),
         }
 
+    def _replica_gauges(self):
+        """The figures of ``gnn-faas status``'s function rows, as gauges."""
+        replicas = GaugeMetricFamily(
+            "gnn_faas_function_replicas",
+            "Function replicas: desired and actual (the platform's autoscaler), ready",
+            labels=["function", "kind"],
+        )
+        in_flight = GaugeMetricFamily(
+            "gnn_faas_function_in_flight", "Calls in flight per function", labels=["function"]
+        )
+        for rt in self.models.values():
+            for row in rt.function_rows():
+                for kind in ("desired", "actual", "ready"):
+                    if row.get(kind) is not None:
+                        replicas.add_metric([row["function"], kind], float(row[kind]))
+                in_flight.add_metric([row["function"]], float(row["in_flight"]))
+        yield replicas
+        yield in_flight
+
     def _gauges(self):
         inst = GaugeMetricFamily(
             "gnn_faas_instances", "Function instances by state", labels=["function", "state"]
@@ -557,8 +603,11 @@ class DataPlane:
         for rt in self.models.values():
             for pool in (rt.memory_pool, rt.compute_pool):
                 snap = pool.snapshot()
-                queue.add_metric([pool.name], sum(q for q in snap.get("queues", {}).values()))
+                # on instances and pending (waiting for one): as status's queue_length
+                queued = sum(snap["queues"].values()) + snap["pending"]
+                queue.add_metric([pool.name], queued)
         yield queue
+        yield from self._replica_gauges()
         report = self.platform.metering()
         for key, help_text in (
             ("allocated_gb_s", "Allocated memory x alive time"),

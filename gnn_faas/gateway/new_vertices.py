@@ -49,14 +49,38 @@ class NewVertexLimits:
     max_edges: int = DEFAULT_MAX_EDGES
 
 
-def split_new_vertex_inputs(
-    body: bytes | str | Mapping[str, Any],
-) -> tuple[bytes | str | Mapping[str, Any], dict[str, dict[str, Any]]]:
+def split_new_vertex_inputs(body: Any) -> tuple[Any, dict[str, dict[str, Any]]]:
     """``(body without the new-vertex inputs, those inputs by name)``.
 
-    A body that is not a JSON object with an ``inputs`` list is returned as it
-    is (the OIP parser reports what is wrong with it).
+    ``body``: JSON text or bytes, a parsed object, or a
+    :class:`~gnn_faas.gateway.inference_request.RawInferRequest` (with the
+    binary extension the two inputs must carry JSON ``data``; the binary
+    tensors of the other inputs are kept as they are). A body that is not a
+    JSON object with an ``inputs`` list is returned as it is (the OIP parser
+    reports what is wrong with it).
     """
+    from gnn_faas.gateway.inference_request import RawInferRequest
+
+    if isinstance(body, RawInferRequest):
+        if body.header_length is None:
+            rest, found = split_new_vertex_inputs(body.body)
+            return (body if not found else rest), found
+        try:
+            n = int(body.header_length)
+        except (TypeError, ValueError):
+            return body, {}  # the OIP parser says what is wrong
+        header, tail = body.body[:n], body.body[n:]
+        rest, found = split_new_vertex_inputs(header)
+        if not found:
+            return body, {}
+        for t in found.values():
+            if "binary_data_size" in (t.get("parameters") or {}):
+                raise InvalidRequest(
+                    f"input {t['name']!r} must carry JSON 'data' (binary tensor data is "
+                    "supported for the other inputs only)"
+                )
+        new_header = json.dumps(rest).encode()
+        return RawInferRequest(new_header + tail, len(new_header)), found
     doc: Any = body
     if isinstance(body, (bytes, bytearray, memoryview, str)):
         try:
@@ -178,3 +202,8 @@ def new_vertex_metadata() -> list[dict[str, Any]]:
         {"name": "features", "datatype": "FP32", "shape": [-1, -1], "optional": True},
         {"name": "edges", "datatype": "INT64", "shape": [-1, 2], "optional": True},
     ]
+
+
+def with_new_vertex_inputs(signature: dict[str, list[dict[str, Any]]]) -> dict:
+    """A model signature (``{"inputs", "outputs"}``) with the new-vertex inputs added."""
+    return {**signature, "inputs": [*signature.get("inputs", []), *new_vertex_metadata()]}

@@ -17,14 +17,18 @@ from urllib.parse import urlsplit
 import numpy as np
 import pytest
 import requests
+import torch
 from requests.structures import CaseInsensitiveDict
+from safetensors.torch import save_file
 
 from gnn_faas import errors
+from gnn_faas.cli import main
 from gnn_faas.functions.aggregate import combine_partials, slice_rows
 from gnn_faas.functions.client import ComputeClient, HttpTransport, MemoryClient
 from gnn_faas.functions.compute_app import create_compute_app
 from gnn_faas.functions.executor import run_layers
 from gnn_faas.functions.memory_app import MemoryFunctionConfig, create_memory_app
+from gnn_faas.functions.update import UpdateModel
 from tests.functions.test_composition import (
     ATOL,
     RTOL,
@@ -33,6 +37,7 @@ from tests.functions.test_composition import (
     pyg_full,
     pyg_sampled,
 )
+from tests.functions.test_pyg_import import Net, _per_layer_models
 
 
 class FlaskAdapter(requests.adapters.BaseAdapter):
@@ -151,3 +156,26 @@ def test_remote_errors_come_back_as_the_matching_exceptions(memory, tmp_path):
     with pytest.raises(errors.Unavailable, match="unreachable"):
         dead.features([1])
     assert not dead.ready()
+
+
+@pytest.mark.parametrize("name", ["gat-4-then-1", "gat-mixed", "sage-per-layer", "gin-per-layer"])
+def test_per_layer_imported_models_through_the_functions_equal_pyg(
+    name, fetcher, memory, targets, tmp_path, capsys
+):
+    """PyG models whose layers differ (GAT heads 4 then 1, concat, slopes; SAGE
+    aggregators and root weights; GIN eps), imported by the CLI and served by
+    the memory and compute functions over HTTP."""
+    torch.manual_seed(5)
+    convs, flags = _per_layer_models()[name]
+    model = Net(convs).eval()
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "m.st"))
+    arch = name.split("-")[0]
+    argv = ["model", "import", "--pyg", str(tmp_path / "m.st"), "--arch", arch, *flags]
+    assert main([*argv, "--out", str(tmp_path / "ckpt")]) == 0, capsys.readouterr().err
+    compute = compute_client(tmp_path / "ckpt")
+    plan = UpdateModel.load(tmp_path / "ckpt", device="cpu").plan
+    cg = memory.graph(targets, len(convs), degrees=True)
+    out = run_layers(plan, cg, HttpTransport(memory, compute))
+    np.testing.assert_allclose(
+        out[cg.target_index], pyg_full(model, fetcher)[targets], rtol=RTOL, atol=ATOL
+    )

@@ -188,3 +188,172 @@ def test_help_documents_the_module_layout(capsys):
         main(["model", "import", "--help"])
     text = capsys.readouterr().out
     assert "torch.nn.ModuleList" in text and "weights_only=True" in text
+
+
+# -- per-layer settings: any PyG model of the supported convs ----------------------
+
+
+class Net(torch.nn.Module):
+    """A user's PyG model: its own convs, ReLU between them."""
+
+    def __init__(self, convs):
+        super().__init__()
+        self.convs = torch.nn.ModuleList(convs)
+
+    def forward(self, x, edge_index):
+        for i, conv in enumerate(self.convs):
+            x = conv(x, edge_index)
+            if i < len(self.convs) - 1:
+                x = x.relu()
+        return x
+
+
+def _per_layer_models():
+    from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
+
+    def mlp(d_in, h, d_out):
+        return torch.nn.Sequential(
+            torch.nn.Linear(d_in, h), torch.nn.ReLU(), torch.nn.Linear(h, d_out)
+        )
+
+    d = 1433
+    return {
+        # the common GAT setup: 4 heads concatenated, then 1 head (PyG's default concat=True)
+        "gat-4-then-1": ([GATConv(d, 8, heads=4), GATConv(32, 7, heads=1)], []),
+        "gat-4-then-1-mean": ([GATConv(d, 8, heads=4), GATConv(32, 7, heads=1, concat=False)], []),
+        "gat-mixed": (
+            [
+                GATConv(d, 6, heads=4),
+                GATConv(24, 5, heads=2, concat=False, negative_slope=0.1),
+                GATConv(5, 4, heads=3, concat=True),  # last layer concatenates: 12 wide
+            ],
+            ["--negative-slope", "0.2,0.1,0.2"],
+        ),
+        "gat-no-bias": (
+            [GATConv(d, 8, heads=3, bias=False), GATConv(24, 7, heads=2, concat=False)],
+            [],
+        ),
+        "sage-per-layer": (
+            [
+                SAGEConv(d, 32, aggr="max"),
+                SAGEConv(32, 12, aggr="mean", root_weight=False),
+                SAGEConv(12, 7, aggr="max", bias=False),
+            ],
+            ["--aggr", "max,mean,max"],
+        ),
+        "gin-per-layer": (
+            [
+                GINConv(mlp(d, 24, 16), eps=0.1, train_eps=True),
+                GINConv(mlp(16, 40, 7), eps=0.5, train_eps=True),
+            ],
+            [],
+        ),
+        "gcn-widths": ([GCNConv(d, 32), GCNConv(32, 9, bias=False), GCNConv(9, 7)], []),
+    }
+
+
+@pytest.mark.parametrize("name", list(_per_layer_models()))
+def test_per_layer_settings_import_and_equal_pyg(name, tmp_path, capsys):
+    """The imported model, served by Aggregate/Update, equals the PyG model."""
+    torch.manual_seed(len(name))
+    convs, flags = _per_layer_models()[name]
+    model = Net(convs).eval()
+    arch = name.split("-")[0]
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "m.st"))
+    rc, out, err = run_import(
+        capsys, "--pyg", tmp_path / "m.st", "--arch", arch, *flags, "--out", tmp_path / "ck"
+    )
+    assert rc == 0, err
+    update = UpdateModel.load(tmp_path / "ck", device="cpu")
+    config = update.config
+    assert config.num_layers == len(convs)
+    if arch == "gat":
+        heads = [c.heads for c in convs]
+        assert [lc.heads for lc in config.layer_settings()] == heads
+        assert "heads " + ",".join(map(str, heads)) in out
+    fetcher = cora_fetcher(tmp_path / "store")
+    targets = np.arange(3, 2708, 101)
+    cg = fetcher.fetch(targets, len(convs), degrees=True)
+    got = run_layers(update.plan, cg, LocalTransport(fetcher, update))
+    ref = pyg_full(model, fetcher)
+    assert got.shape[1] == ref.shape[1] == config.out_dim
+    np.testing.assert_allclose(got[cg.target_index], ref[targets], rtol=1e-4, atol=1e-5)
+    # the config file round-trips
+    assert load_config(tmp_path / "ck") == config
+
+
+def test_uniform_models_keep_the_uniform_config(tmp_path, capsys):
+    model = build_model(cfg("gat", heads=2, num_layers=3), seed=1)
+    save_file(dict(model.state_dict()), str(tmp_path / "m.st"))
+    rc, _, err = run_import(
+        capsys, "--pyg", tmp_path / "m.st", "--arch", "gat", "--out", tmp_path / "ck"
+    )
+    assert rc == 0, err
+    c = load_config(tmp_path / "ck")
+    assert c.layers is None and c.heads == 2
+    assert '"layers"' not in (tmp_path / "ck" / "config.json").read_text()
+
+
+def _unsupported():
+    from torch_geometric.nn import GATConv, GATv2Conv, GINConv, SAGEConv
+
+    bn = torch.nn.Sequential(
+        torch.nn.Linear(20, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(), torch.nn.Linear(8, 4)
+    )
+    return [
+        ("sage", [SAGEConv(20, 4, project=True)], "SAGEConv(project=True) is not supported"),
+        ("gat", [GATConv(20, 4, edge_dim=3)], "GATConv(edge_dim=...) is not supported"),
+        ("gat", [GATConv(20, 4, residual=True)], "GATConv(residual=True) is not supported"),
+        ("gat", [GATv2Conv(20, 4)], "GATv2Conv (only GATConv is supported)"),
+        ("gin", [GINConv(bn)], "must be Sequential(Linear, ReLU, Linear)"),
+    ]
+
+
+@pytest.mark.parametrize(("arch", "convs", "message"), _unsupported())
+def test_unsupported_settings_are_named(arch, convs, message, tmp_path, capsys):
+    torch.save(Net(convs).state_dict(), tmp_path / "m.pt")
+    rc, _, err = run_import(
+        capsys, "--pyg", tmp_path / "m.pt", "--arch", arch, "--out", tmp_path / "ck"
+    )
+    assert rc == 2 and message in err, err
+    assert err.count("\n") == 1
+
+
+def test_per_layer_flags_are_checked(tmp_path, capsys):
+    from torch_geometric.nn import GATConv
+
+    torch.save(
+        Net([GATConv(20, 8, heads=4), GATConv(32, 4, heads=1)]).state_dict(), tmp_path / "m.pt"
+    )
+    for flags, message in [
+        (["--heads", "4"], "--heads 4,4 does not match the weights (4,1)"),
+        (["--heads", "4,1,2"], "--heads needs 1 or 2 values"),
+        (["--concat", "false,true"], "--concat false for layer 0 does not match the weights"),
+        (["--concat", "maybe"], "--concat takes true or false"),
+        (["--negative-slope", "x"], "--negative-slope 'x'"),
+    ]:
+        rc, _, err = run_import(
+            capsys, "--pyg", tmp_path / "m.pt", "--arch", "gat", *flags, "--out", tmp_path / "ck"
+        )
+        assert rc == 2 and message in err, (flags, err)
+    rc, _, err = run_import(
+        capsys,
+        "--pyg",
+        tmp_path / "m.pt",
+        "--arch",
+        "gat",
+        "--heads",
+        "4,1",
+        "--out",
+        tmp_path / "ck",
+    )
+    assert rc == 0, err
+
+
+def test_help_says_what_is_supported(capsys):
+    with pytest.raises(SystemExit):
+        main(["model", "import", "--help"])
+    text = capsys.readouterr().out
+    for conv in ("GCNConv", "SAGEConv", "GINConv", "GATConv(in, out, heads=H, concat=True|False"):
+        assert conv in text
+    assert "Not supported" in text and "--concat" in text

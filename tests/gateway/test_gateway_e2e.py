@@ -115,31 +115,20 @@ def test_burst_of_overlapping_requests_equals_pyg(served):
     assert max(p["sharing_degree"] for p in params) > 0
 
 
-def test_edge_and_graph_requests(served):
+def test_edge_and_graph_requests_to_a_vertex_model_are_400(served):
+    """A vertex-classification model's class scores mean nothing to the edge or
+    graph heads (those kinds are tested against an embedding model in
+    tests/gateway/test_app.py); the model's outputs are honoured as requested."""
     stack, reference, _ = served
-    pairs = [[1, 2], [5, 9], [2, 1]]
-    resp = infer(
-        stack.url,
-        {"inputs": [{"name": "pairs", "datatype": "INT64", "shape": [3, 2], "data": pairs}]},
-    )
-    assert resp.status_code == 200, resp.text
-    p = np.asarray(pairs)
-    expect = 1 / (1 + np.exp(-(reference[p[:, 0]] * reference[p[:, 1]]).sum(1)))
-    np.testing.assert_allclose(output(resp, "scores").reshape(-1), expect, RTOL, ATOL)
-
-    vertices, graph_ids = [3, 4, 10, 11, 12], [0, 0, 1, 1, 1]
-    resp = infer(
-        stack.url,
-        {
-            "inputs": [
-                {"name": "vertices", "datatype": "INT64", "shape": [5], "data": vertices},
-                {"name": "graph_ids", "datatype": "INT64", "shape": [5], "data": graph_ids},
-            ]
-        },
-    )
-    assert resp.status_code == 200, resp.text
-    expect = np.stack([reference[[3, 4]].mean(0), reference[[10, 11, 12]].mean(0)])
-    np.testing.assert_allclose(output(resp, "readout"), expect, RTOL, ATOL)
+    for inputs in (
+        [{"name": "pairs", "datatype": "INT64", "shape": [1, 2], "data": [[1, 2]]}],
+        [{"name": "vertices", "datatype": "INT64", "shape": [2], "data": [3, 4]}],
+    ):
+        resp = infer(stack.url, {"inputs": inputs})
+        assert resp.status_code == 400 and "does not answer" in resp.json()["error"]
+    resp = infer(stack.url, {**vertex_request([5, 9]), "outputs": [{"name": "predictions"}]})
+    assert [o["name"] for o in resp.json()["outputs"]] == ["predictions"]
+    assert output(resp, "predictions").tolist() == reference[[5, 9]].argmax(1).tolist()
 
 
 @pytest.mark.parametrize(
@@ -207,8 +196,14 @@ def test_health_metadata_and_metrics(served):
 
 def test_memory_instances_killed_mid_burst_lose_no_request(served):
     stack, reference, graph = served
-    before = stack.status()
-    memory = [i for i in before["instances"] if i["spec"]["kind"] == "memory"]
+    # an instance launched by an earlier burst may still be starting (slow on a
+    # loaded machine): wait until every memory instance is warm
+    for _ in range(300):
+        before = stack.status()
+        memory = [i for i in before["instances"] if i["spec"]["kind"] == "memory"]
+        if all(i["state"] in ("ready", "busy") for i in memory):
+            break
+        time.sleep(0.1)
     assert all(i["state"] in ("ready", "busy") for i in memory), memory
     victims = [i["pid"] for i in memory]
     launches = before["models"][0]["memory_pool"]["stats"]["launches"]

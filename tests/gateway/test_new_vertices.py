@@ -117,3 +117,32 @@ def test_limits_are_413():
     doc["inputs"].append(dict(doc["inputs"][1]))
     with pytest.raises(InvalidRequest, match="given twice"):
         parse(doc)
+
+
+def test_raw_bodies_json_and_binary_extension():
+    from gnn_faas.gateway.inference_request import RawInferRequest
+
+    doc = body([[1, 2, 3]], [[0, N]])
+    raw = RawInferRequest(json.dumps(doc).encode())
+    rest, added = split_new_vertex_inputs(raw)
+    assert set(added) == {"features", "edges"} and [t["name"] for t in rest["inputs"]] == [
+        "targets"
+    ]
+    # binary extension: targets as binary data after the JSON header; features as JSON
+    targets = np.array([N], dtype="<i8").tobytes()
+    doc["inputs"][0] = {"name": "targets", "datatype": "INT64", "shape": [1],
+                        "parameters": {"binary_data_size": len(targets)}}  # fmt: skip
+    header = json.dumps(doc).encode()
+    rest, added = split_new_vertex_inputs(RawInferRequest(header + targets, len(header)))
+    assert isinstance(rest, RawInferRequest) and rest.body.endswith(targets)
+    kept = json.loads(rest.body[: int(rest.header_length)])
+    assert [t["name"] for t in kept["inputs"]] == ["targets"] and set(added) == {
+        "features",
+        "edges",
+    }
+    req = parse_infer_request("m", rest, N + 1, max_targets=16)
+    assert req.targets.tolist() == [N]
+    doc["inputs"][1]["parameters"] = {"binary_data_size": 12}
+    header = json.dumps(doc).encode()
+    with pytest.raises(InvalidRequest, match="JSON 'data'"):
+        split_new_vertex_inputs(RawInferRequest(header + targets, len(header)))

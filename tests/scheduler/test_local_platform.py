@@ -15,9 +15,12 @@ import psutil
 import pytest
 
 from gnn_faas.clock import FakeClock
+from gnn_faas.config import KnativeSettings
 from gnn_faas.errors import InvalidRequest, NotFound, Unavailable
-from gnn_faas.scheduler.platform import FunctionSpec, PlatformNotAvailable, open_platform
+from gnn_faas.scheduler.platform import FunctionSpec, open_platform
 from gnn_faas.scheduler.platform.local import LocalPlatform
+from gnn_faas.scheduler.platform.openfaas import OpenFaaSPlatform
+from gnn_faas.scheduler.platform.replica_slots import PlatformAPIError
 
 # A throwaway instance: a Flask app with the OIP health routes that binds a free
 # port and prints the same "listening on" line as `gnn-faas serve`.
@@ -208,11 +211,28 @@ def test_real_memory_function(tmp_path):
         platform.launch(mem)
 
 
+def test_replica_figures_follow_the_instances(script):
+    """On the local platform the gateway scales itself: desired = actual = live
+    instances, ready = those that take work (gnn-faas status' function rows)."""
+    with LocalPlatform(reaper_interval_s=None, command_factory=factory(script)) as p:
+        a = p.launch(spec("f"))
+        p.launch(spec("f"))
+        p.launch(spec("g"))
+        assert p.replicas("f") == {
+            "function": "f", "desired": 2, "actual": 2, "ready": 2, "revision": None,
+            "error": None,
+        }  # fmt: skip
+        p.stop(a.id)
+        assert (p.replicas("f")["desired"], p.replicas("f")["ready"]) == (1, 1)
+        assert p.replicas("none")["desired"] == 0
+
+
 def test_open_platform_registry():
-    with pytest.raises(PlatformNotAvailable, match="not available yet"):
-        open_platform("knative")
-    with pytest.raises(PlatformNotAvailable):
-        open_platform("openfaas")
+    # knative and openfaas are registered (tests/scheduler/test_knative_*.py, test_openfaas_*)
+    with pytest.raises(PlatformAPIError, match="no Kubernetes configuration"):
+        open_platform("knative", settings=KnativeSettings(kubeconfig="/nonexistent/kubeconfig"))
+    with open_platform("openfaas") as platform:
+        assert isinstance(platform, OpenFaaSPlatform) and platform.instances() == []
     with pytest.raises(InvalidRequest, match="unknown platform"):
         open_platform("lambda")
     with open_platform("local", reaper_interval_s=None) as platform:

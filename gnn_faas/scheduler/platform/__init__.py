@@ -2,9 +2,10 @@
 
 ``open_platform(name, **kwargs)`` imports a backend only when asked for:
 ``"local"`` (the embedded default: processes on this machine,
-:class:`~gnn_faas.scheduler.platform.local.LocalPlatform`). ``"knative"`` and
-``"openfaas"`` will implement the same :class:`Platform` interface; until they
-do, asking for them is a clear error rather than an import failure.
+:class:`~gnn_faas.scheduler.platform.local.LocalPlatform`); ``"knative"`` and
+``"openfaas"`` (the functions the Helm chart deployed, on replicas those
+platforms scale: replica_slots.py). A planned backend (``None``) is a clear
+error rather than an import failure.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from gnn_faas.scheduler.platform.metering import Meter, MeteringReport, Usage
 # name -> "module:Class"; None: planned, not available in this build yet.
 PLATFORMS: dict[str, str | None] = {
     "local": "gnn_faas.scheduler.platform.local:LocalPlatform",
-    "knative": None,
-    "openfaas": None,
+    "knative": "gnn_faas.scheduler.platform.knative:KnativePlatform",
+    "openfaas": "gnn_faas.scheduler.platform.openfaas:OpenFaaSPlatform",
 }
 
 __all__ = [

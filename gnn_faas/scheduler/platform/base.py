@@ -122,6 +122,21 @@ class Platform(ABC):
         """Stop every instance and background thread."""
 
     # -- conveniences ----------------------------------------------------------
+    def replicas(self, name: str) -> dict:
+        """Replica figures of function ``name`` for ``gnn-faas status``. Where the
+        gateway scales the function itself (local), desired and actual are its
+        live instances and ready those that can take work; platforms that own
+        the replica count (Knative, OpenFaaS) report what their API says."""
+        live = [i for i in self.instances(name) if i.state in ("starting", "ready", "busy")]
+        return {
+            "function": name,
+            "desired": len(live),
+            "actual": len(live),
+            "ready": sum(i.available for i in live),
+            "revision": None,
+            "error": None,
+        }
+
     def endpoints(self, name: str | None = None) -> list[str]:
         """URLs of the instances that can take work now."""
         return [i.url for i in self.instances(name) if i.available]

@@ -1,0 +1,235 @@
+"""The openfaas platform: functions behind an OpenFaaS gateway's REST API.
+
+Documented endpoints used (basic auth on ``/system/*``):
+
+- ``GET  /system/functions[?namespace=NS]``: list functions (name, image,
+  replicas, availableReplicas, labels, limits/requests); the gateway finds its
+  function by the label ``gnn-faas.io/function=MODEL-KIND`` (plus the
+  release's selector labels);
+- ``GET  /system/function/NAME``: one function (replicas, availableReplicas);
+- ``POST /system/functions``: deploy (:meth:`OpenFaaSPlatform.deploy`);
+- ``POST /system/scale-function/NAME`` ``{"serviceName", "replicas"}``: scale;
+- ``POST /function/NAME/...``: invoke (the slots' URL), no auth.
+
+Replicas are OpenFaaS's ``availableReplicas``. OpenFaaS's API lists no pods,
+so replica ``i`` is named ``NAME-i``; a replica is billed from when the
+gateway first saw it until the count dropped below it.
+
+Scaling: by default OpenFaaS's autoscaler owns the replica count (the
+chart's ``com.openfaas.scale.*`` labels) and the gateway bounds its calls by
+available replicas x ``concurrency``. With ``gateway_scaling`` the gateway
+drives it with FaaS-GNN's launch rule: the load-aware queue asks for a new
+instance only when no slot is idle and ``n_req > n_instances``; then
+:meth:`want_replicas` posts ``replicas = ceil((slots + 1) / concurrency)``,
+and when slots are released (keep-alive expiry) the count goes back down to
+``ceil(slots / concurrency)``, to zero when every slot expired.
+
+401 (credentials), 404 (no such function) and 5xx answers become
+:class:`PlatformAPIError` messages that say which.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+from typing import Any
+
+import requests
+
+from gnn_faas.clock import Clock
+from gnn_faas.config import OpenFaaSSettings
+from gnn_faas.errors import NotFound
+from gnn_faas.scheduler.platform.base import FunctionSpec
+from gnn_faas.scheduler.platform.knative import parse_quantity
+from gnn_faas.scheduler.platform.replica_slots import (
+    FunctionView,
+    PlatformAPIError,
+    Replica,
+    ReplicaSlotPlatform,
+)
+
+log = logging.getLogger(__name__)
+FUNCTION_LABEL = "gnn-faas.io/function"
+
+
+def _selector_labels(selector: str) -> dict[str, str]:
+    """``"a=b,c=d"`` -> ``{"a": "b", "c": "d"}`` (equality selectors only)."""
+    out = {}
+    for part in filter(None, (p.strip() for p in selector.split(","))):
+        key, _, value = part.partition("=")
+        out[key.strip()] = value.strip()
+    return out
+
+
+class OpenFaaSPlatform(ReplicaSlotPlatform):
+    """Function slots on the replicas of OpenFaaS functions."""
+
+    name = "openfaas"
+
+    def __init__(
+        self,
+        clock: Clock | None = None,
+        settings: OpenFaaSSettings | None = None,
+        reaper_interval_s: float | None = None,
+        session: requests.Session | None = None,
+        **kwargs: Any,
+    ):
+        self.settings = settings or OpenFaaSSettings()
+        super().__init__(
+            clock,
+            refresh_s=self.settings.refresh_s,
+            start_timeout_s=self.settings.start_timeout_s,
+            **kwargs,
+        )
+        self.base = self.settings.url.rstrip("/")
+        self.session = session or requests.Session()
+        user = os.environ.get(self.settings.user_env)
+        password = os.environ.get(self.settings.password_env)
+        if user and password:
+            self.session.auth = (user, password)
+        self._names: dict[str, str] = {}
+        self._asked: dict[str, int] = {}  # replicas last asked for, per function
+        self._scale_lock = threading.Lock()
+
+    # -- REST with clear errors ----------------------------------------------------
+    def _request(self, method: str, path: str, what: str, **kw) -> requests.Response:
+        params = kw.pop("params", {})
+        if self.settings.namespace:
+            params = {**params, "namespace": self.settings.namespace}
+        try:
+            r = self.session.request(method, self.base + path, params=params, timeout=10, **kw)
+        except requests.RequestException as exc:
+            raise PlatformAPIError(
+                f"the OpenFaaS gateway at {self.base} is unreachable to {what} "
+                f"({type(exc).__name__})"
+            ) from None
+        if r.status_code == 401:
+            raise PlatformAPIError(
+                f"the OpenFaaS gateway refused the credentials to {what} (401): check the "
+                f"basic-auth Secret (${self.settings.user_env}/${self.settings.password_env})"
+            )
+        if r.status_code == 403:
+            raise PlatformAPIError(f"the OpenFaaS gateway forbids the gateway to {what} (403)")
+        if r.status_code == 404:
+            raise NotFound(f"OpenFaaS: {what}: not found (404): {r.text.strip()[:200]}")
+        if r.status_code >= 400:
+            raise PlatformAPIError(
+                f"the OpenFaaS gateway failed to {what} ({r.status_code}: {r.text.strip()[:200]})"
+            )
+        return r
+
+    # -- functions -------------------------------------------------------------------
+    def function_name(self, spec: FunctionSpec) -> str:
+        """The OpenFaaS name of ``spec``'s function, found by its labels."""
+        name = self._names.get(spec.name)
+        if name is not None:
+            return name
+        want = {**_selector_labels(self.settings.selector), FUNCTION_LABEL: spec.name}
+        listed = self._request("GET", "/system/functions", "list functions").json() or []
+        matches = [
+            f["name"]
+            for f in listed
+            if all((f.get("labels") or {}).get(k) == v for k, v in want.items())
+        ]
+        if not matches:
+            raise NotFound(f"no OpenFaaS function with labels {want}")
+        if len(matches) > 1:
+            raise PlatformAPIError(f"labels {want} match several OpenFaaS functions: {matches}")
+        self._names[spec.name] = matches[0]
+        return matches[0]
+
+    def deploy(
+        self,
+        spec: FunctionSpec,
+        image: str,
+        name: str | None = None,
+        labels: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> str:
+        """Deploy ``spec`` as OpenFaaS function ``name`` (default: ``spec.name``)
+        from ``image``, with its memory and vCPUs as limits and requests."""
+        name = name or spec.name
+        resources = {"memory": f"{spec.memory_mb}Mi", "cpu": f"{int(spec.vcpus * 1000)}m"}
+        body = {
+            "service": name,
+            "image": image,
+            "envVars": {**dict(spec.env), **(env or {})},
+            "labels": {
+                **_selector_labels(self.settings.selector),
+                **(labels or {}),
+                FUNCTION_LABEL: spec.name,
+                "gnn-faas.io/function-kind": spec.kind,
+            },
+            "limits": resources,
+            "requests": resources,
+            "readOnlyRootFilesystem": True,
+        }
+        if self.settings.namespace:
+            body["namespace"] = self.settings.namespace
+        self._request("POST", "/system/functions", f"deploy {name}", json=body)
+        self._names[spec.name] = name
+        return name
+
+    def observe(self, spec: FunctionSpec) -> FunctionView:
+        name = self.function_name(spec)
+        try:
+            f = self._request("GET", f"/system/function/{name}", f"read function {name}").json()
+        except NotFound:
+            self._names.pop(spec.name, None)  # redeployed under another name?
+            raise
+        available = int(f.get("availableReplicas") or 0)
+        replicas = [Replica(f"{name}-{i}", True) for i in range(available)]
+        req = f.get("requests") or f.get("limits") or {}
+        return FunctionView(
+            resource=f"function/{name}",
+            url=f"{self.base}/function/{name}",
+            ready=available > 0,
+            replicas=replicas,
+            desired=f.get("replicas"),
+            actual=available,
+            concurrency=max(1, int(self.settings.concurrency)),
+            memory_mb=parse_quantity(req.get("memory"), "mem") if req.get("memory") else None,
+            vcpus=parse_quantity(req.get("cpu"), "cpu") if req.get("cpu") else None,
+        )
+
+    def scale(self, spec: FunctionSpec, replicas: int) -> None:
+        """Ask OpenFaaS for ``replicas`` replicas of ``spec``'s function."""
+        name = self.function_name(spec)
+        self._request(
+            "POST",
+            f"/system/scale-function/{name}",
+            f"scale {name} to {replicas}",
+            json={"serviceName": name, "replicas": int(replicas)},
+        )
+        log.info("openfaas: scaled %s to %d replicas", name, replicas)
+
+    # -- launch rule ------------------------------------------------------------------
+    def want_replicas(self, spec: FunctionSpec, view: FunctionView, slots: int) -> None:
+        if self.settings.gateway_scaling:
+            self._scale_for(spec, view, slots, up=True)
+
+    def release_replicas(self, spec: FunctionSpec, view: FunctionView, slots: int) -> None:
+        if self.settings.gateway_scaling:
+            self._scale_for(spec, view, slots, up=False)
+
+    def _scale_for(self, spec: FunctionSpec, view: FunctionView, slots: int, up: bool) -> None:
+        """``replicas = ceil(slots / concurrency)``, only upwards on a launch and
+        only downwards on a release; one request at a time per platform, against
+        the count last asked for (the view may be a moment old)."""
+        need = math.ceil(slots / view.concurrency)
+        with self._scale_lock:
+            current = self._asked.get(spec.name, view.desired or 0)
+            if (up and need <= current) or (not up and need >= current):
+                return
+            try:
+                self.scale(spec, need)
+            except (PlatformAPIError, NotFound) as exc:
+                log.error("openfaas: %s", exc)
+                return
+            self._asked[spec.name] = need
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self.session.close()

@@ -1,0 +1,401 @@
+"""The Helm chart rendered by real Helm: lint, schema, and every object validated.
+
+Core objects validate with ``kubernetes-validate --strict`` for Kubernetes
+1.35; Knative Services against Knative's own CRD schema (../shared/crds,
+strict); OpenFaaS Functions against a schema written from OpenFaaS's
+documented fields. Known-bad fixtures show each checker can fail.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from gnn_faas.config import ServingConfig, from_dict
+from tests.charts.crd_schema import crd_schema
+from tests.charts.knative_rules import knative_errors
+from tests.kube import CHART, helm, render
+
+K8S_VERSION = "1.35.0"
+FUNCTION_SCHEMA = json.loads(Path(__file__).with_name("openfaas_function.schema.json").read_text())
+MATRIX = list(itertools.product(["knative", "openfaas"], ["s3", "redis"], [False, True]))
+
+
+def values_for(platform: str, store: str, ingress: bool) -> dict:
+    return {
+        "platform": platform,
+        "store": {"type": store},
+        "gateway": {
+            "ingress": {"enabled": ingress, "host": "gnn.example.com"},
+            "serviceMonitor": {"enabled": ingress},
+        },
+        "prepare": {"enabled": True},
+        "models": [
+            {"name": "bitcoin-otc", "graph": "bitcoin-otc", "dataset": "bitcoin-otc"},
+            {"name": "cora", "graph": "cora", "slo_s": 0.5, "mode": "no_sharing"},
+        ],
+    }
+
+
+def is_knative(obj: dict) -> bool:
+    return obj["apiVersion"] == "serving.knative.dev/v1" and obj["kind"] == "Service"
+
+
+def is_function(obj: dict) -> bool:
+    return obj["apiVersion"] == "openfaas.com/v1"
+
+
+def validate(obj: dict) -> None:
+    """Raise if ``obj`` fails its schema (by kind)."""
+    if is_knative(obj):
+        jsonschema.validate(obj, crd_schema("knative-serving-service.yaml"))
+        errors = knative_errors(obj)
+        if errors:
+            raise jsonschema.ValidationError("; ".join(errors))
+    elif is_function(obj):
+        jsonschema.validate(obj, FUNCTION_SCHEMA)
+    elif obj["apiVersion"] == "monitoring.coreos.com/v1":
+        assert set(obj["spec"]) == {"selector", "endpoints"}
+    else:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def pod_specs(obj: dict) -> list[dict]:
+    if is_knative(obj):
+        return [obj["spec"]["template"]["spec"]]
+    if obj["kind"] in ("Deployment", "Job"):
+        return [obj["spec"]["template"]["spec"]]
+    return []
+
+
+@pytest.fixture(scope="module", params=MATRIX, ids=lambda p: "-".join(map(str, p)))
+def rendered(request) -> tuple[tuple, list[dict]]:
+    values = values_for(*request.param)
+    return request.param, render(values)
+
+
+def test_lint_strict_over_the_matrix(tmp_path):
+    for combo in MATRIX:
+        f = tmp_path / "v.yaml"
+        f.write_text(yaml.safe_dump(values_for(*combo)))
+        r = helm("lint", "--strict", str(CHART), "-f", str(f))
+        assert "1 chart(s) linted, 0 chart(s) failed" in r.stdout, r.stdout
+
+
+def test_every_object_validates(rendered):
+    (platform, store, ingress), objs = rendered
+    kinds = sorted({o["kind"] for o in objs})
+    for obj in objs:
+        validate(obj)
+    functions = [o for o in objs if is_knative(o) or is_function(o)]
+    assert len(functions) == 4  # 2 models x (memory, compute)
+    assert all(is_knative(f) == (platform == "knative") for f in functions)
+    assert ("Ingress" in kinds) == ingress == ("ServiceMonitor" in kinds)
+    assert {"Deployment", "Service", "ConfigMap", "ServiceAccount", "PodDisruptionBudget"} <= set(
+        kinds
+    )
+    assert ("Role" in kinds) == (platform == "knative")
+
+
+def test_labels_everywhere(rendered):
+    _, objs = rendered
+    for obj in objs:
+        labels = obj["metadata"]["labels"]
+        for key in ("name", "instance", "version", "managed-by", "part-of"):
+            assert f"app.kubernetes.io/{key}" in labels, (obj["kind"], key)
+        if is_knative(obj) or is_function(obj):
+            assert labels["gnn-faas.io/model"] in ("bitcoin-otc", "cora")
+            assert labels["gnn-faas.io/function-kind"] in ("memory", "compute")
+
+
+def test_every_pod_is_locked_down(rendered):
+    _, objs = rendered
+    pods = [(o, s) for o in objs for s in pod_specs(o)]
+    assert len(pods) >= 2
+    for obj, spec in pods:
+        psc = spec.get("securityContext")
+        if psc is not None:  # Knative gates pod-level securityContext: containers carry it
+            assert psc["runAsNonRoot"] is True
+        containers = spec["containers"] + spec.get("initContainers", [])
+        for c in containers:
+            sc = c["securityContext"]
+            where = f"{obj['kind']}/{obj['metadata']['name']}/{c['name']}"
+            assert sc["runAsNonRoot"] is True, where
+            assert sc["readOnlyRootFilesystem"] is True, where
+            assert sc["allowPrivilegeEscalation"] is False, where
+            assert sc["capabilities"]["drop"] == ["ALL"], where
+            assert sc["seccompProfile"]["type"] == "RuntimeDefault", where
+            for part in ("requests", "limits"):
+                assert {"cpu", "memory"} <= set(c["resources"][part]), where
+            mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
+            # the only writable path: /tmp, or /scratch where Knative reserves /tmp
+            scratch = "/scratch" if is_knative(obj) else "/tmp"
+            assert not mounts[scratch].get("readOnly"), where
+            env = {e["name"]: e.get("value") for e in c.get("env", [])}
+            if is_knative(obj):
+                assert env["TMPDIR"] == env["HOME"] == "/scratch", where
+                assert c["workingDir"] == "/scratch", where
+    for fn in (o for o in objs if is_function(o)):
+        assert fn["spec"]["readOnlyRootFilesystem"] is True
+        assert set(fn["spec"]["limits"]) == set(fn["spec"]["requests"]) == {"cpu", "memory"}
+
+
+def test_store_wiring(rendered):
+    (platform, store, _), objs = rendered
+    dep = next(o for o in objs if o["kind"] == "Deployment")
+    env = {e["name"]: e for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    if store == "s3":
+        assert env["GNN_FAAS_STORE"]["value"] == "s3://gnn-faas"
+        assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "gnn-faas-s3"
+    else:
+        ref = env["GNN_FAAS_STORE"]["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": "gnn-faas-redis", "key": "url"}
+    if platform == "openfaas":
+        assert env["OPENFAAS_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == "basic-auth"
+
+
+def test_configmap_is_the_serving_config(rendered, monkeypatch):
+    (platform, _, _), objs = rendered
+    cm = next(o for o in objs if o["kind"] == "ConfigMap")
+    monkeypatch.setenv("GNN_FAAS_STORE", "redis://redis:6379/0")
+    cfg = from_dict(ServingConfig, yaml.safe_load(cm["data"]["serving.yaml"]))
+    assert cfg.store == "redis://redis:6379/0"
+    assert cfg.platform.kind == platform
+    assert [m.name for m in cfg.models] == ["bitcoin-otc", "cora"]
+    assert cfg.model("cora").mode == "no_sharing" and cfg.model("cora").slo_s == 0.5
+    assert cfg.model("cora").checkpoint == "/model/cora"
+    assert cfg.platform.max_memory_instances == 4  # max-scale 4 x containerConcurrency 1
+    if platform == "knative":
+        assert cfg.platform.knative.selector == "app.kubernetes.io/instance=gnn-faas"
+    else:
+        assert cfg.platform.openfaas.url == "http://gateway.openfaas:8080"
+
+
+def test_cpu_quantities_become_cores_in_the_serving_config():
+    objs = render(None, "functions.memory.cpu=500m", "functions.compute.cpu=1.5")
+    cm = next(o for o in objs if o["kind"] == "ConfigMap")
+    cfg = from_dict(ServingConfig, yaml.safe_load(cm["data"]["serving.yaml"]))
+    assert (cfg.platform.memory_vcpus, cfg.platform.compute_vcpus) == (0.5, 1.5)
+
+
+def test_prepare_job_steps_per_model():
+    values = values_for("knative", "s3", False)
+    job = next(o for o in render(values) if o["kind"] == "Job")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    spec = job["spec"]["template"]["spec"]
+    # cora has no dataset: its graph and checkpoint must be in the store already
+    assert [c["name"] for c in spec["initContainers"]] == ["dataset-0", "train-0"]
+    images = [c["image"].split(":")[0] for c in spec["initContainers"] + spec["containers"]]
+    assert images == ["gnn-faas-memory", "gnn-faas-compute", "gnn-faas-memory"]
+    assert spec["containers"][0]["command"][-1] == "/tmp/models/bitcoin-otc"
+    train = spec["initContainers"][1]["command"]
+    assert train[3:] == ["bitcoin-otc", "bitcoin-otc", "gcn", "2", "64", "100", "bitcoin-otc"]
+    assert "env" not in spec["initContainers"][1]  # no store credentials where not needed
+
+
+def test_knative_service_settings():
+    values = {
+        "functions": {"keepAliveSeconds": 90, "memory": {"containerConcurrency": 3}},
+        "sizing": {"bitcoin-otc": {"compute": {"cpu": "750m", "memoryMb": 700}}},
+    }
+    objs = render(values)
+    svcs = {o["metadata"]["labels"]["gnn-faas.io/function-kind"]: o for o in objs if is_knative(o)}
+    mem, comp = svcs["memory"], svcs["compute"]
+    assert mem["metadata"]["labels"]["networking.knative.dev/visibility"] == "cluster-local"
+    ann = mem["spec"]["template"]["metadata"]["annotations"]
+    assert ann["autoscaling.knative.dev/scale-to-zero-pod-retention-period"] == "90s"
+    assert ann["autoscaling.knative.dev/min-scale"] == "1"
+    assert ann["autoscaling.knative.dev/max-scale"] == "4"
+    assert ann["autoscaling.knative.dev/metric"] == "concurrency"
+    for key in ("target", "window", "initial-scale"):
+        assert f"autoscaling.knative.dev/{key}" in ann
+    assert mem["spec"]["template"]["spec"]["containerConcurrency"] == 3
+    c = mem["spec"]["template"]["spec"]["containers"][0]
+    assert c["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    assert c["resources"]["limits"] == {"cpu": "1", "memory": "512Mi"}
+    cc = comp["spec"]["template"]["spec"]["containers"][0]
+    assert cc["resources"]["requests"] == {"cpu": "750m", "memory": "700Mi"}
+    assert cc["image"] == "gnn-faas-compute:0.1.0"
+    assert cc["imagePullPolicy"] == "IfNotPresent"
+    init = comp["spec"]["template"]["spec"]["initContainers"][0]
+    assert init["command"][:3] == ["gnn-faas", "model", "pull"]
+
+
+def test_openfaas_function_labels():
+    objs = render(None, "platform=openfaas", "functions.memory.autoscaling.minScale=0")
+    fns = {o["metadata"]["labels"]["gnn-faas.io/function-kind"]: o for o in objs if is_function(o)}
+    labels = fns["memory"]["spec"]["labels"]
+    assert labels["com.openfaas.scale.min"] == "0"
+    assert labels["com.openfaas.scale.max"] == "4"
+    assert labels["com.openfaas.scale.zero"] == "true"
+    assert labels["com.openfaas.scale.zero-duration"] == "10m"
+    assert labels["com.openfaas.scale.type"] == "capacity"
+    assert labels["gnn-faas.io/function"] == "bitcoin-otc-memory"
+    assert fns["compute"]["spec"]["labels"]["com.openfaas.scale.zero"] == "false"
+
+
+def test_image_registry_and_tag():
+    objs = render(None, "image.registry=ghcr.io/acme/", "image.tag=1.2.3")
+    images = {
+        c["image"]
+        for o in objs
+        for s in pod_specs(o)
+        for c in s["containers"] + s.get("initContainers", [])
+    }
+    assert images == {
+        "ghcr.io/acme/gnn-faas-memory:1.2.3",
+        "ghcr.io/acme/gnn-faas-compute:1.2.3",
+        "ghcr.io/acme/gnn-faas-gateway:1.2.3",
+    }
+
+
+@pytest.mark.parametrize(
+    "sets, field",
+    [
+        (["platform=lambda"], "'/platform'"),
+        (["store.type=gcs"], "'/store/type'"),
+        (["functions.memory.memoryMb=lots"], "'/functions/memory/memoryMb'"),
+        (["functions.compute.autoscaling.metric=cpu"], "'/functions/compute/autoscaling/metric'"),
+        (["functions.memory.containerConcurrency=0"], "'/functions/memory/containerConcurrency'"),
+        (["models[0].name=Bad_Name"], "'/models/0/name'"),
+        (["gateway.replicas=0"], "'/gateway/replicas'"),
+        (["gateway.colour=blue"], "'colour'"),
+        (["image.pullPolicy=Sometimes"], "'/image/pullPolicy'"),
+        (["openfaas.gatewayUrl=gateway:8080"], "'/openfaas/gatewayUrl'"),
+    ],
+)
+def test_schema_rejects_wrong_values_naming_the_field(sets, field):
+    """Helm reports the field as a JSON pointer: ``at '/store/type': ...``."""
+    args = ["template", "x", str(CHART)]
+    for s in sets:
+        args += ["--set", s]
+    r = helm(*args, check=False)
+    assert r.returncode != 0
+    assert "values don't meet the specifications of the schema" in r.stderr, r.stderr
+    assert field in r.stderr, r.stderr
+
+
+def test_known_bad_fixtures_are_rejected():
+    objs = render(None)
+    ksvc = next(o for o in objs if is_knative(o))
+    bad = copy.deepcopy(ksvc)
+    bad["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
+    with pytest.raises(jsonschema.ValidationError, match="imagePullPolicyy"):
+        validate(bad)
+    bad = copy.deepcopy(ksvc)
+    bad["spec"]["template"]["spec"]["containerConcurrency"] = "one"
+    with pytest.raises(jsonschema.ValidationError):
+        validate(bad)
+    # schema-valid but refused by Knative's webhook
+    for mutate, message in (
+        (
+            lambda c: c["volumeMounts"].append({"name": "scratch", "mountPath": "/tmp/"}),
+            "reserved path",
+        ),
+        (lambda c: c["env"].append({"name": "PORT", "value": "9090"}), "reserved variable"),
+        (lambda c: c["ports"].append({"containerPort": 9090}), "single port"),
+        (lambda c: c["readinessProbe"].pop("timeoutSeconds"), "timeoutSeconds"),
+    ):
+        bad = copy.deepcopy(ksvc)
+        mutate(bad["spec"]["template"]["spec"]["containers"][0])
+        with pytest.raises(jsonschema.ValidationError, match=message):
+            validate(bad)
+
+    fn = next(o for o in render(None, "platform=openfaas") if is_function(o))
+    for mutate in (
+        lambda f: f["spec"].pop("image"),
+        lambda f: f["spec"].__setitem__("command", ["x"]),
+        lambda f: f["spec"]["limits"].__setitem__("gpu", "1"),
+        lambda f: f["spec"].__setitem__("readOnlyRootFilesystem", "yes"),
+    ):
+        bad = copy.deepcopy(fn)
+        mutate(bad)
+        with pytest.raises(jsonschema.ValidationError):
+            validate(bad)
+
+    dep = next(o for o in objs if o["kind"] == "Deployment")
+    bad = copy.deepcopy(dep)
+    bad["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnly"] = True
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate(bad)
+
+
+def test_notes_name_the_kubectl_inspection():
+    r = helm("install", "demo", str(CHART), "--dry-run=client", "--namespace", "ml")
+    assert (
+        "kubectl -n ml get ksvc,revision,podautoscaler,pods -l app.kubernetes.io/instance=demo"
+        in r.stdout
+    )
+    assert "port-forward svc/demo-gnn-faas-gateway" in r.stdout
+
+
+def test_readme_documents_every_value():
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    readme = (CHART / "README.md").read_text()
+    documented = set(re.findall(r"^\| `([^`]+)` \|", readme, re.M))
+
+    def leaves(v, path=()):
+        if isinstance(v, dict) and v:
+            for k, x in v.items():
+                yield from leaves(x, (*path, k))
+        else:
+            yield path
+
+    missing = [
+        ".".join(p)
+        for p in leaves(values)
+        if not any(".".join(p[:i]) in documented for i in range(1, len(p) + 1))
+    ]
+    assert missing == []
+    # and nothing documented that values.yaml lacks
+    keys = {".".join(p[:i]) for p in leaves(values) for i in range(1, len(p) + 1)}
+    assert documented <= keys, documented - keys
+
+
+@pytest.mark.slow
+def test_prepare_job_and_fetch_model_commands_run(tmp_path):
+    """The rendered commands themselves, run here as the kubelet would (``$(VAR)``
+    expanded, /tmp being the pod's emptyDir): prepare the dataset into the
+    store, train on a local copy, push, then pull as the fetch-model init
+    container does; the pulled checkpoint is the trained one."""
+    import os
+    import subprocess
+    import sys
+
+    from gnn_faas.functions.checkpoint import load_config
+
+    values = {"prepare": {"enabled": True}, "models": [{"name": "btc", "graph": "bitcoin-otc",
+              "dataset": "bitcoin-otc", "epochs": 2, "hidden": 8}]}  # fmt: skip
+    objs = render(values)
+    store = f"file://{tmp_path / 'store'}"
+    job = next(o for o in objs if o["kind"] == "Job")["spec"]["template"]["spec"]
+    compute = next(
+        o
+        for o in objs
+        if is_knative(o) and o["metadata"]["labels"]["gnn-faas.io/function-kind"] == "compute"
+    )["spec"]["template"]["spec"]
+    pod_tmp = tmp_path / "pod-tmp"
+
+    def run(command):
+        argv = [a.replace("$(GNN_FAAS_STORE)", store).replace("/tmp/", f"{pod_tmp}/")
+                for a in command]  # fmt: skip
+        argv = [str(tmp_path / "model") if a == "/model" else a for a in argv]
+        env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
+        r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+        assert r.returncode == 0, (argv, r.stderr[-2000:])
+
+    for c in job["initContainers"] + job["containers"]:
+        run(c["command"])
+    run(compute["initContainers"][0]["command"])
+    cfg = load_config(tmp_path / "model")
+    assert cfg.hidden_dim == 8 and cfg.arch == "gcn"
+    assert load_config(pod_tmp / "models" / "btc") == cfg

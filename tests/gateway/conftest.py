@@ -1,0 +1,110 @@
+"""A real gateway in this process: DataPlane over the local platform (real
+function processes), its Flask app served on a free loopback port by werkzeug.
+
+``live_gateway`` serves a GCN with task ``embedding`` (it answers vertex, edge
+and graph requests) on Bitcoin OTC, and the reference: the same checkpoint run
+by PyG on the whole graph. One per test session: the fuzz and client tests
+share it, so its function instances start once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+
+@dataclass
+class LiveGateway:
+    url: str
+    app: object
+    plane: object
+    model: str
+    reference: np.ndarray  # [num_nodes, out_dim] embeddings by PyG
+    num_nodes: int
+
+
+@pytest.fixture(scope="session")
+def live_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveGateway]:
+    import torch
+    from werkzeug.serving import make_server
+
+    from gnn_faas.config import ServingConfig, from_dict
+    from gnn_faas.functions.checkpoint import save_checkpoint
+    from gnn_faas.functions.model_config import ModelConfig
+    from gnn_faas.functions.pyg_models import build_model, csr_edge_index
+    from gnn_faas.gateway.app import create_gateway_app
+    from gnn_faas.gateway.data_plane import DataPlane
+    from gnn_faas.storage.datasets import ensure_dataset
+
+    root = tmp_path_factory.mktemp("live-gateway")
+    store = f"file://{root / 'store'}"
+    graph = ensure_dataset(store, "bitcoin-otc")
+    cfg = ModelConfig(
+        arch="gcn",
+        in_dim=graph.manifest.feature_dim,
+        hidden_dim=16,
+        out_dim=8,
+        num_layers=2,
+        task="embedding",
+        graph="bitcoin-otc",
+    )
+    model = build_model(cfg, seed=3).eval()
+    save_checkpoint(root / "ckpt", cfg, model.state_dict())
+    ei = csr_edge_index(graph.read_blob("indptr"), graph.read_blob("indices"))
+    x = torch.from_numpy(np.array(graph.read_blob("features"), dtype=np.float32))
+    with torch.no_grad():
+        reference = model(x, ei).numpy()
+    config = from_dict(
+        ServingConfig,
+        {
+            "store": store,
+            "gateway": {"request_timeout_s": 60.0},
+            "platform": {
+                "memory_function_mb": 256,
+                "compute_function_mb": 512,
+                "max_memory_instances": 1,
+                "max_compute_instances": 1,
+            },
+            "models": [
+                {
+                    "name": "emb",
+                    "graph": "bitcoin-otc",
+                    "dataset": "bitcoin-otc",
+                    "checkpoint": str(root / "ckpt"),
+                    "max_targets": 64,
+                    "mode": "no_sharing",
+                }
+            ],
+        },
+    )
+    plane = DataPlane(config)
+    plane.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not plane.ready():
+            if time.monotonic() > deadline:
+                raise TimeoutError("function instances not ready in 120 s")
+            time.sleep(0.2)
+        app = create_gateway_app(plane)
+        server = make_server("127.0.0.1", 0, app, threaded=True)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield LiveGateway(
+                url=f"http://127.0.0.1:{server.server_port}",
+                app=app,
+                plane=plane,
+                model="emb",
+                reference=reference,
+                num_nodes=graph.num_nodes,
+            )
+        finally:
+            server.shutdown()
+            thread.join(timeout=10)
+    finally:
+        plane.shutdown()

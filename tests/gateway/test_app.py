@@ -1,0 +1,170 @@
+"""The gateway's HTTP layer against a live gateway (real function processes):
+the Open Inference Protocol with JSON and with the binary tensor data extension
+(tritonclient.http with its defaults, unmodified), requested outputs, kinds,
+error statuses with JSON bodies, and the OpenAPI document."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from gnn_faas.errors import Unavailable
+
+pytestmark = pytest.mark.slow  # a live gateway with real function processes
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def infer_json(gw, inputs, **extra) -> requests.Response:
+    return requests.post(
+        f"{gw.url}/v2/models/{gw.model}/infer",
+        data=json.dumps({"inputs": inputs, **extra}),
+        headers={"Content-Type": "application/json"},
+        timeout=60,
+    )
+
+
+def tensor(name, data):
+    return {"name": name, "datatype": "INT64", "shape": list(np.shape(data)), "data": data}
+
+
+def outputs(resp: requests.Response) -> dict[str, np.ndarray]:
+    assert resp.status_code == 200, resp.text
+    return {o["name"]: np.asarray(o["data"]).reshape(o["shape"]) for o in resp.json()["outputs"]}
+
+
+@pytest.fixture(scope="module")
+def triton(live_gateway):
+    client = httpclient.InferenceServerClient(live_gateway.url.removeprefix("http://"))
+    yield client
+    client.close()
+
+
+CASES = {
+    "vertex": [("targets", np.array([7, 1, 7, 300]))],
+    "edge": [("pairs", np.array([[1, 2], [5, 9], [2, 1]]))],
+    "graph": [("vertices", np.array([3, 4, 10, 11, 12])), ("graph_ids", np.array([0, 0, 1, 1, 1]))],
+}
+OUTPUT = {"vertex": "embeddings", "edge": "scores", "graph": "readout"}
+
+
+def expected(gw, kind: str) -> np.ndarray:
+    ref = gw.reference
+    if kind == "vertex":
+        return ref[[7, 1, 7, 300]]
+    if kind == "edge":
+        p = CASES["edge"][0][1]
+        return 1 / (1 + np.exp(-(ref[p[:, 0]] * ref[p[:, 1]]).sum(1)))
+    return np.stack([ref[[3, 4]].mean(0), ref[[10, 11, 12]].mean(0)])
+
+
+@pytest.mark.parametrize("kind", list(CASES))
+def test_tritonclient_defaults_equal_the_json_path(live_gateway, triton, kind):
+    """tritonclient sends binary inputs and asks for binary outputs by default."""
+    gw = live_gateway
+    inputs = []
+    for name, arr in CASES[kind]:
+        inp = httpclient.InferInput(name, list(arr.shape), "INT64")
+        inp.set_data_from_numpy(arr)  # binary_data=True: the default
+        inputs.append(inp)
+    result = triton.infer(gw.model, inputs)  # no outputs named: all, binary
+    got = result.as_numpy(OUTPUT[kind])
+    assert got is not None and got.dtype == np.float32
+    assert result.get_output(OUTPUT[kind])["parameters"]["binary_data_size"] == got.nbytes
+    by_json = outputs(infer_json(gw, [tensor(n, a.tolist()) for n, a in CASES[kind]]))
+    np.testing.assert_allclose(got, by_json[OUTPUT[kind]], RTOL, ATOL)
+    np.testing.assert_allclose(got, expected(gw, kind), RTOL, ATOL)
+    # a requested output with InferRequestedOutput's defaults (binary_data=True)
+    result = triton.infer(gw.model, inputs, outputs=[httpclient.InferRequestedOutput(OUTPUT[kind])])
+    np.testing.assert_allclose(result.as_numpy(OUTPUT[kind]), got, RTOL, ATOL)
+    assert [o["name"] for o in result.get_response()["outputs"]] == [OUTPUT[kind]]
+
+
+def test_tritonclient_metadata_and_health(live_gateway, triton):
+    assert triton.is_server_live() and triton.is_server_ready()
+    assert triton.is_model_ready(live_gateway.model)
+    meta = triton.get_model_metadata(live_gateway.model)
+    assert {i["name"] for i in meta["inputs"]} == {"targets", "pairs", "vertices", "graph_ids"}
+    assert "binary_tensor_data" in triton.get_server_metadata()["extensions"]
+    with pytest.raises(InferenceServerException, match="unknown output 'nope'"):
+        inp = httpclient.InferInput("targets", [1], "INT64")
+        inp.set_data_from_numpy(np.array([1]))
+        triton.infer(live_gateway.model, [inp], outputs=[httpclient.InferRequestedOutput("nope")])
+
+
+def test_requested_outputs_and_strict_shapes(live_gateway):
+    gw = live_gateway
+    pairs = [[1, 2], [5, 9]]
+    resp = infer_json(gw, [tensor("pairs", pairs)], outputs=[{"name": "scores"}])
+    assert [o["name"] for o in resp.json()["outputs"]] == ["scores"]
+    for inputs, extra, message in [
+        ([tensor("targets", [1])], {"outputs": [{"name": "scores"}]}, "unknown output 'scores'"),
+        ([tensor("pairs", pairs)], {"outputs": [{"name": "nope"}]}, "unknown output 'nope'"),
+        (
+            [{"name": "pairs", "datatype": "INT64", "shape": [2, 2], "data": [[1, 2], [3]]}],
+            {},
+            "does not match shape",
+        ),
+        (
+            [{"name": "targets", "datatype": "FP32", "shape": [1], "data": [1.0]}],
+            {},
+            "datatype 'FP32'",
+        ),
+        (
+            [{"name": "targets", "datatype": "INT64", "shape": [3], "data": [1, 2]}],
+            {},
+            "needs 3 values",
+        ),
+    ]:
+        resp = infer_json(gw, inputs, **extra)
+        assert resp.status_code == 400, resp.text
+        assert message in resp.json()["error"]
+
+
+def test_errors_are_json_with_the_right_status(live_gateway, monkeypatch):
+    gw = live_gateway
+    url = f"{gw.url}/v2/models/{gw.model}/infer"
+    deep = b'{"inputs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    r = requests.post(url, data=deep, timeout=30)
+    assert r.status_code == 400 and "nested deeper" in r.json()["error"]
+    r = requests.post(url, data=b"x" * (gw.plane.serving.limits.max_body_bytes + 1), timeout=30)
+    assert r.status_code == 413 and r.json()["error"]
+    r = requests.get(f"{gw.url}/v2/models/nope", timeout=10)
+    assert r.status_code == 404 and "unknown model" in r.json()["error"]
+    r = requests.get(f"{gw.url}/v1/status", params={"window_start": "x"}, timeout=10)
+    assert r.status_code == 400 and r.json()["error"]
+    runtime = gw.plane.model(gw.model)
+
+    def overloaded(body):
+        raise Unavailable("too busy")
+
+    monkeypatch.setattr(runtime, "infer", overloaded)
+    r = requests.post(url, json={"inputs": [tensor("targets", [1])]}, timeout=10)
+    assert r.status_code == 503 and r.json() == {"error": "too busy"}
+    assert int(r.headers["Retry-After"]) >= 1
+
+    def bug(body):
+        raise ZeroDivisionError("a bug of ours")
+
+    monkeypatch.setattr(runtime, "infer", bug)
+    r = requests.post(url, json={"inputs": [tensor("targets", [1])]}, timeout=10)
+    assert r.status_code == 500 and "ZeroDivisionError" in r.json()["error"]
+    assert "Traceback" not in r.text
+
+
+def test_openapi_document_describes_every_endpoint(live_gateway):
+    doc = requests.get(f"{live_gateway.url}/v2/openapi.json", timeout=10).json()
+    assert doc["openapi"].startswith("3.")
+    routes = {
+        str(rule).replace("<name>", "{name}")
+        for rule in live_gateway.app.url_map.iter_rules()
+        if rule.endpoint != "static"
+    }
+    assert routes == set(doc["paths"])
+    infer = doc["paths"]["/v2/models/{name}/infer"]["post"]
+    assert set(infer["requestBody"]["content"]) == {"application/json", "application/octet-stream"}
+    assert infer["parameters"][0]["name"] == "Inference-Header-Content-Length"
