@@ -43,9 +43,9 @@ from gnn_faas.gateway.load_aware_queue import FunctionPool
 from gnn_faas.gateway.metrics import GatewayMetrics
 from gnn_faas.gateway.new_vertices import (
     NewVertexLimits,
+    new_vertex_parameters,
     parse_new_vertices,
     split_new_vertex_inputs,
-    with_new_vertex_inputs,
 )
 from gnn_faas.gateway.timeout_configurator import load_configurator
 from gnn_faas.scheduler.merge import merge_computation_graphs
@@ -235,9 +235,8 @@ class ModelRuntime:
             "name": self.name,
             "versions": ["1"],
             "platform": "gnn-faas",
-            # the inputs and outputs of the request kinds this model's task answers,
-            # and the optional new-vertex inputs (gateway/new_vertices.py)
-            **with_new_vertex_inputs(model_signature(cfg.task, cfg.out_dim)),
+            # the inputs and outputs of the request kinds this model's task answers
+            **model_signature(cfg.task, cfg.out_dim),
             "parameters": {
                 "task": cfg.task,
                 "graph": self.m.graph,
@@ -247,7 +246,7 @@ class ModelRuntime:
                 "slo_s": self.m.slo_s,
                 "mode": self.m.mode,
                 "embeddings": self.m.embeddings,
-                "new_vertex_ids_from": self.graph.num_nodes,
+                **new_vertex_parameters(self.graph.num_nodes, self.new_vertex_limits),
             },
         }
 

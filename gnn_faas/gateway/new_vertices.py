@@ -83,10 +83,13 @@ def split_new_vertex_inputs(body: Any) -> tuple[Any, dict[str, dict[str, Any]]]:
         return RawInferRequest(new_header + tail, len(new_header)), found
     doc: Any = body
     if isinstance(body, (bytes, bytearray, memoryview, str)):
+        raw = body.encode() if isinstance(body, str) else bytes(body)
+        if b'"features"' not in raw and b'"edges"' not in raw:
+            return body, {}  # the common case: no second JSON parse
         try:
-            doc = json.loads(bytes(body) if not isinstance(body, str) else body)
-        except (ValueError, UnicodeDecodeError):
-            return body, {}
+            doc = json.loads(raw)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return body, {}  # the OIP parser says what is wrong
     if not isinstance(doc, Mapping) or not isinstance(doc.get("inputs"), list):
         return body, {}
     found: dict[str, dict[str, Any]] = {}
@@ -120,7 +123,7 @@ def _array(t: dict[str, Any], name: str, shape: tuple[int, int], dtype) -> np.nd
         raise InvalidRequest(f"input {name!r} has no 'data'")
     try:
         arr = np.array(t["data"], dtype=dtype)
-    except (ValueError, TypeError, OverflowError):
+    except (ValueError, TypeError, OverflowError, RecursionError):
         raise InvalidRequest(f"input {name!r}: 'data' must be a (nested) list of numbers") from None
     count = shape[0] * shape[1]
     if arr.size != count:
@@ -204,6 +207,12 @@ def new_vertex_metadata() -> list[dict[str, Any]]:
     ]
 
 
-def with_new_vertex_inputs(signature: dict[str, list[dict[str, Any]]]) -> dict:
-    """A model signature (``{"inputs", "outputs"}``) with the new-vertex inputs added."""
-    return {**signature, "inputs": [*signature.get("inputs", []), *new_vertex_metadata()]}
+def new_vertex_parameters(num_nodes: int, limits: NewVertexLimits) -> dict[str, Any]:
+    """What ``GET /v2/models/{m}`` says of new-vertex requests, in its
+    ``parameters`` (the OIP ``inputs`` list the kinds' required inputs only)."""
+    return {
+        "new_vertex_inputs": new_vertex_metadata(),
+        "new_vertex_ids_from": num_nodes,
+        "max_new_vertices": limits.max_vertices,
+        "max_new_edges": limits.max_edges,
+    }

@@ -45,7 +45,8 @@ def test_fap_prior_ranks_admission_and_warms():
 def test_memory_function_with_fap_prior(tmp_path):
     store = f"file://{tmp_path}"
     graph = ensure_dataset(store, "bitcoin-otc")
-    cfg = MemoryFunctionConfig(store=store, graph="bitcoin-otc", memory_mb=256,
+    # a fixed baseline: the test process's own RSS must not eat the cache's budget
+    cfg = MemoryFunctionConfig(store=store, graph="bitcoin-otc", memory_mb=256, baseline_mb=64,
                                cache_max_rows=100, cache_prior="fap")  # fmt: skip
     with pytest.raises(NotFound, match="datasets metrics"):
         MemoryFunction(cfg)

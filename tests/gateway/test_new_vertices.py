@@ -146,3 +146,10 @@ def test_raw_bodies_json_and_binary_extension():
     header = json.dumps(doc).encode()
     with pytest.raises(InvalidRequest, match="JSON 'data'"):
         split_new_vertex_inputs(RawInferRequest(header + targets, len(header)))
+
+
+def test_bodies_without_new_vertices_are_not_parsed_twice():
+    deep = b'{"inputs": ' + b"[" * 100000 + b"]" * 100000 + b"}"
+    assert split_new_vertex_inputs(deep) == (deep, {})  # left to the OIP parser's own check
+    deep_nv = b'{"inputs": [{"name": "features"}], "x": ' + b"[" * 100000 + b"]" * 100000 + b"}"
+    assert split_new_vertex_inputs(deep_nv) == (deep_nv, {})
