@@ -90,6 +90,7 @@ class Pending:
     future: Future
     arrival: float
     overlay: GraphOverlay | None = None  # a new-vertex request's added vertices and edges
+    predicted_rows: float | None = None  # Σ PSGS of the targets, known before the fetch
 
 
 class ModelRuntime:
@@ -288,9 +289,10 @@ class ModelRuntime:
             stats = FetchStats()
             before = self.fetcher.stats.bytes_read
             with self._fetch_lock:
+                predicted = self._predicted_rows(req.targets)
                 cg = self._graph_of(req.targets, overlay, stats)
             m.bytes_fetched.labels(self.name).inc(self.fetcher.stats.bytes_read - before)
-        pending = Pending(req, cg, Future(), t0, overlay)
+        pending = Pending(req, cg, Future(), t0, overlay, predicted)
         pending.future.set_running_or_notify_cancel()
         if self.buffers is None or overlay is not None:
             # a request's added edges change its stored neighbours: never merged
@@ -354,6 +356,21 @@ class ModelRuntime:
         rows = [sg.target_index[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
         return sg, rows, int(sum(p.cg.aggregated_rows() for p in pendings))
 
+    def _predicted_rows(self, targets: np.ndarray) -> float | None:
+        """Quiver's PSGS of the request (``Σ PSGS(t)``, one ranged read) when the
+        graph has it for this model's fanouts: the request's size before its
+        fetch, which places its Update (CPU or GPU pool) and is reported."""
+        from gnn_faas.storage.workload_metrics import predicted_size, stored_fanouts
+
+        stored = stored_fanouts(self.graph)
+        layers = self.plan.config.num_layers
+        want = [-1 if f is None or f < 0 else int(f) for f in (self.fanouts or [-1] * layers)]
+        if stored != want:
+            return None
+        return predicted_size(
+            self.graph, self.fetcher.reader, targets[targets < self.graph.num_nodes]
+        )
+
     def _embeddings_reader(self):
         return None if self.embeddings is None else self.embeddings.rows
 
@@ -384,8 +401,12 @@ class ModelRuntime:
         try:
             with self.metrics.stage(self.name, "merge"):
                 graph, request_rows, separate_rows = self._merge(pendings)
+            predicted = [p.predicted_rows for p in pendings]
+            total = None if None in predicted else float(sum(predicted))
             with self.metrics.stage(self.name, "execute"):
-                h, stats = self.orchestrator.run(graph, embeddings=self._embeddings_reader())
+                h, stats = self.orchestrator.run(
+                    graph, embeddings=self._embeddings_reader(), predicted_rows=total
+                )
         except BaseException as exc:  # noqa: BLE001
             for p in pendings:
                 p.future.set_exception(exc)
@@ -398,6 +419,8 @@ class ModelRuntime:
             "aggregated_rows": stats.aggregated_rows,
             "separate_rows": separate_rows,
             "partitions": stats.partitions,
+            "predicted_rows": total,
+            "update_device": stats.device,
         }
         for p, rows in zip(pendings, request_rows):
             self._finish(p, h, rows, info)
@@ -413,7 +436,10 @@ class ModelRuntime:
         try:
             with self.metrics.stage(self.name, "execute"):
                 h, stats = self.orchestrator.run(
-                    p.cg, overlay=p.overlay, embeddings=self._embeddings_reader()
+                    p.cg,
+                    overlay=p.overlay,
+                    embeddings=self._embeddings_reader(),
+                    predicted_rows=p.predicted_rows,
                 )
         except BaseException as exc:  # noqa: BLE001 - delivered to the waiting request
             p.future.set_exception(exc)
@@ -424,6 +450,8 @@ class ModelRuntime:
             "execution": uuid.uuid4().hex,
             "closed_at": closed_at,
             "aggregated_rows": stats.aggregated_rows,
+            "predicted_rows": p.predicted_rows,
+            "update_device": stats.device,
         }
         self._finish(p, h, p.cg.target_index, info)
 

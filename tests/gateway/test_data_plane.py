@@ -17,6 +17,7 @@ from gnn_faas.functions.pyg_models import build_model, csr_edge_index
 from gnn_faas.gateway.data_plane import DataPlane
 from gnn_faas.storage.datasets import ensure_dataset
 from gnn_faas.storage.embeddings import StaleEmbeddings
+from gnn_faas.storage.workload_metrics import compute_and_store
 from gnn_faas.traces.replay import vertex_request
 from tests.gateway.test_gateway_e2e import infer, output
 
@@ -34,6 +35,7 @@ def served(tmp_path_factory):
     model = build_model(cfg, seed=3).eval()
     save_checkpoint(root / "ckpt", cfg, model.state_dict())
     precompute(graph, root / "ckpt", "srpe")
+    compute_and_store(graph, [-1, -1])  # PSGS for the models' full neighbourhoods
     common = {"graph": "bitcoin-otc", "dataset": "bitcoin-otc", "checkpoint": str(root / "ckpt")}
     config = {
         "store": store,
@@ -90,9 +92,14 @@ def test_precomputed_burst_shares_buffers(served):
     )
     order = graph.read_blob("request_order")
     batches = [order[i : i + 2].tolist() for i in range(0, 24, 2)]
+    psgs = graph.read_blob("psgs")
     for targets, resp in zip(batches, burst_model(stack.url, batches, "srpe")):
         assert resp.status_code == 200, resp.text
         np.testing.assert_allclose(output(resp, "scores"), ref[targets], RTOL, ATOL)
+        params = resp.json()["parameters"]
+        assert params["update_device"] == "cpu"  # no GPU pool configured
+        # the buffer's size predicted from PSGS before any fetch: at least this request's
+        assert params["predicted_rows"] >= float(psgs[np.unique(targets)].sum()) - 1e-3
 
 
 def burst_model(url, batches, model):
