@@ -24,6 +24,7 @@ from gnn_faas.scheduler.platform.metering import Meter, MeteringReport, Usage
 # name -> "module:Class"; None: planned, not available in this build yet.
 PLATFORMS: dict[str, str | None] = {
     "local": "gnn_faas.scheduler.platform.local:LocalPlatform",
+    "docker": "gnn_faas.scheduler.platform.docker:DockerPlatform",
     "knative": None,
     "openfaas": None,
 }
