@@ -103,11 +103,13 @@ def _up(args: argparse.Namespace) -> int:
             config, platform=dataclasses.replace(config.platform, kind=args.platform)
         )
     check_platform(config)
+    if config.platform.kind == "docker":
+        from gnn_faas.scheduler.platform.docker import check_mounts, preflight
+
+        preflight(config.platform.docker)  # engine and images: one clear error now
     prepare(config, log=lambda msg: print(f"gnn-faas up: {msg}", file=sys.stderr, flush=True))
     if config.platform.kind == "docker":
-        from gnn_faas.scheduler.platform.docker import preflight
-
-        preflight(config)  # engine, images, mounts: one clear error now, not in the worker
+        check_mounts(config)  # what the containers mount is readable by their user
     holder: dict = {}
 
     def factory():

@@ -133,7 +133,7 @@ def test_unreachable_engine_is_a_clear_error(tmp_path):
 
 def test_a_container_that_exits_before_ready_is_an_error_with_its_log(platform, store):
     spec = memory_spec(store, args=("--store", store, "--graph", "no-such-graph"))
-    with pytest.raises(Unavailable, match=r"did not become ready.*no-such-graph"):
+    with pytest.raises(Unavailable, match=r"(?s)did not become ready.*no-such-graph"):
         platform.launch(spec)
     assert platform.failure_counts() == {("mem", "start_exit"): 1}
     left = platform.client.containers.list(

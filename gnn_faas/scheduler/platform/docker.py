@@ -150,13 +150,22 @@ def check_readable(path: str, what: str) -> None:
                 f"{what} {path} is not readable inside the container (it runs as uid 10001): "
                 f"{parent} lacks o+x; chmod o+rx {parent}"
             )
-    mode = p.stat().st_mode
-    need = stat.S_IROTH | (stat.S_IXOTH if p.is_dir() else 0)
-    if mode & need != need:
-        raise InvalidRequest(
-            f"{what} {path} is not readable inside the container (it runs as uid 10001): "
-            f"chmod -R o+rX {path}"
-        )
+    # the path itself and what lies up to two levels below it (a store's graphs' blobs, a
+    # checkpoint's files)
+    todo = [p]
+    if p.is_dir():
+        for child in p.iterdir():
+            todo.append(child)
+            if child.is_dir():
+                todo.extend(child.iterdir())
+    for q in todo:
+        mode = q.stat().st_mode
+        need = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(mode) else 0)
+        if mode & need != need:
+            raise InvalidRequest(
+                f"{what} {path} is not readable inside the container (it runs as uid 10001): "
+                f"{q} lacks o+r{'x' if stat.S_ISDIR(mode) else ''}; chmod -R o+rX {path}"
+            )
 
 
 @dataclass
@@ -305,7 +314,6 @@ class DockerPlatform(Platform):
             image=self.images[spec.kind],
             command=command,
             name=name,
-            detach=True,
             environment=env,
             labels={
                 **self._owner_labels,
@@ -334,7 +342,8 @@ class DockerPlatform(Platform):
         t0 = time.perf_counter()
         now = self.clock.now()
         try:
-            container = self.client.containers.run(**kwargs)
+            # create + start, not run: run would try to pull a missing image from a registry
+            container = self.client.containers.create(**kwargs)
         except docker.errors.ImageNotFound:
             self._count(spec.name, "start_error")
             raise Unavailable(
@@ -343,6 +352,12 @@ class DockerPlatform(Platform):
             ) from None
         except Exception as exc:  # APIError, engine gone
             self._count(spec.name, "start_error")
+            raise Unavailable(f"cannot start {spec.name}: {exc}") from None
+        try:
+            container.start()
+        except Exception as exc:
+            self._count(spec.name, "start_error")
+            self._remove(container.id, grace=0.0)
             raise Unavailable(f"cannot start {spec.name}: {exc}") from None
         inst = Instance(
             id=iid,
@@ -613,13 +628,12 @@ class DockerPlatform(Platform):
             self.client.close()
 
 
-def preflight(serving) -> None:
-    """What ``gnn-faas up --platform docker`` checks before it starts serving: the
-    engine answers, the images exist, and the store and checkpoints the
-    containers will mount are readable by their user. Raises a
+def preflight(settings) -> None:
+    """What ``gnn-faas up --platform docker`` checks before anything starts: the
+    engine of ``settings`` (:class:`~gnn_faas.config.DockerSettings`) answers
+    and holds both function images. Raises a
     :class:`~gnn_faas.errors.GnnFaasError` naming the cause."""
     docker = _docker()
-    settings = serving.platform.docker
     where = settings.host or os.environ.get("DOCKER_HOST") or "the default socket"
     try:
         client = (
@@ -647,10 +661,15 @@ def preflight(serving) -> None:
             )
     finally:
         client.close()
+
+
+def check_mounts(serving) -> None:
+    """The store (``file://``) and every model's checkpoint, which the containers
+    bind-mount, are readable by the containers' user."""
     store = serving.store
     if store.startswith("file://"):
-        check_readable(str(Path(store[len("file://") :]).resolve()), "the store")
+        path = Path(store[len("file://") :].split("?", 1)[0]).resolve()
+        check_readable(str(path), "the store")
     for m in serving.models:
-        check_readable(
-            str(Path(serving.checkpoint_dir(m)).resolve()), f"model {m.name!r}'s checkpoint"
-        )
+        ckpt = Path(serving.checkpoint_dir(m)).resolve()
+        check_readable(str(ckpt), f"model {m.name!r}'s checkpoint")
