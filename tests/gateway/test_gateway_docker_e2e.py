@@ -168,7 +168,7 @@ def big_graph(docker_host):
     rng = np.random.default_rng(0)
     src = rng.integers(0, N, N * DEGREE, dtype=np.int64)
     dst = rng.integers(0, N, N * DEGREE, dtype=np.int64)
-    csr = build_csr(src, dst, num_nodes=N, symmetrize=True, dedupe=True)
+    csr = build_csr(src, dst, num_nodes=N, symmetrize=True, dedupe=True, drop_self_loops=True)
     feats = rng.standard_normal((csr.num_nodes, DIM), dtype=np.float32)
     write_csr(store, "synthetic", csr, feats)
     graph = open_graph(store, "synthetic")
