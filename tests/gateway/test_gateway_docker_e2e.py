@@ -226,3 +226,62 @@ def test_memory_aware_cache_under_a_real_limit(big_graph, aware):
     else:
         assert ooms >= 1, (status["instances"], pool)
         assert pool["retries"] >= 1 and pool["launches"] >= 2
+
+
+# -- crash safety (issue 7 item 4, docker platform) ----------------------------------------
+@pytest.mark.parametrize("victim", ["gnn-faas up", "gateway worker"])
+def test_function_containers_do_not_outlive_a_killed_gateway(served, victim):
+    """SIGKILL of ``gnn-faas up`` (the gunicorn master): its worker sees the parent
+    gone and stops its containers. SIGKILL of the worker (nothing of it runs any
+    more): the master starts a new worker, whose platform removes the containers
+    labelled by the dead one before it launches its own."""
+    import contextlib
+    import signal
+
+    import docker
+    import psutil
+
+    stack0, _, _ = served
+    config = {**stack0.config, "models": [{**stack0.config["models"][0], "name": "crash"}]}
+    client = docker.from_env()
+
+    def containers():
+        return {
+            c.id: c
+            for c in client.containers.list(all=True, filters={"label": "io.gnn-faas.function"})
+            if c.labels["io.gnn-faas.function"].startswith("crash-")
+        }
+
+    try:
+        with Stack(config, ready_timeout_s=180) as stack:
+            before = containers()
+            assert len(before) == 2
+            owner = {c.labels["io.gnn-faas.owner-pid"] for c in before.values()}
+            worker = psutil.Process(int(owner.pop()))
+            assert worker.ppid() == stack.proc.pid
+            if victim == "gnn-faas up":
+                stack.proc.send_signal(signal.SIGKILL)
+                stack.proc.wait(timeout=10)
+                deadline = time.monotonic() + 60
+                while containers() and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                assert not containers(), "containers outlived the killed gateway"
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    worker.wait(timeout=30)  # it exits once its shutdown is done
+            else:
+                worker.send_signal(signal.SIGKILL)
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline:
+                    now = containers()
+                    if now and not set(now) & set(before) and len(now) == 2:
+                        break
+                    time.sleep(0.5)
+                now = containers()
+                assert not set(now) & set(before), "the dead worker's containers were not reaped"
+                assert len(now) == 2
+                r = infer(stack.url, vertex_request([5]), model="crash")
+                assert r.status_code == 200, r.text
+    finally:
+        for c in containers().values():  # whatever a failed assertion left
+            c.remove(force=True)
+        client.close()
