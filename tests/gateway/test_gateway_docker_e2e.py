@@ -285,3 +285,42 @@ def test_function_containers_do_not_outlive_a_killed_gateway(served, victim):
         for c in containers().values():  # whatever a failed assertion left
             c.remove(force=True)
         client.close()
+
+
+# -- bad input: functions that cannot start ----------------------------------------------
+@pytest.mark.parametrize(
+    ("images", "cause"),
+    [
+        ({"memory_image": "gnn-faas-memory:missing"}, "gnn-faas-memory:missing not found"),
+        # the wrong function's image: the container starts, rejects its arguments, exits
+        ({"memory_image": "gnn-faas-compute:latest"}, "did not become ready"),
+        # an image with nothing to run: the engine cannot start the container
+        ({"memory_image": "gnn-faas-base:bookworm"}, "cannot start"),
+    ],
+    ids=["missing-image", "never-ready", "cannot-start"],
+)
+def test_the_gateway_answers_503_with_the_cause_and_keeps_serving(served, images, cause):
+    from gnn_faas.config import ServingConfig, from_dict
+    from gnn_faas.gateway.app import create_gateway_app
+    from gnn_faas.gateway.data_plane import DataPlane
+
+    stack0, _, _ = served
+    raw = {**stack0.config, "platform": {**stack0.config["platform"], "min_instances": 0}}
+    raw["platform"]["docker"] = {**images, "start_timeout_s": 20}
+    plane = DataPlane(from_dict(ServingConfig, raw))
+    plane.start()
+    try:
+        http = create_gateway_app(plane).test_client()
+        t0 = time.perf_counter()
+        r = http.post(f"/v2/models/{MODEL}/infer", json=vertex_request([1, 2]))
+        assert time.perf_counter() - t0 < 90
+        assert r.status_code == 503 and cause in r.get_json()["error"], r.get_json()
+        # still serving: health, metadata, metrics (with the failures by reason), more requests
+        assert http.get("/v2/health/live").status_code == 200
+        assert http.get(f"/v2/models/{MODEL}").status_code == 200
+        metrics = http.get("/metrics").get_data(as_text=True)
+        assert f'gnn_faas_instance_failures_total{{function="{MODEL}-memory"' in metrics
+        r = http.post(f"/v2/models/{MODEL}/infer", json=vertex_request([3]))
+        assert r.status_code == 503 and cause in r.get_json()["error"]
+    finally:
+        plane.shutdown()
