@@ -18,7 +18,9 @@
 # cache unless --memory-mb is given; a worker killed (e.g. by the OOM killer) ends the container
 # (GNN_FAAS_EXIT_ON_WORKER_DEATH), so the platform sees the kill. SIGTERM shuts down cleanly.
 ARG BASE_IMAGE=gnn-faas-base:bookworm
-FROM ${BASE_IMAGE}
+
+# Build stage: the venv, trimmed; the image itself gets only the venv (one COPY).
+FROM ${BASE_IMAGE} AS build
 
 # botocore describes every AWS service (30 MB); the store needs S3 (and STS/SSO for credentials)
 ARG BOTOCORE_SERVICES="s3 sts sso sso-oidc"
@@ -32,9 +34,9 @@ ENV VIRTUAL_ENV=/opt/venv \
     PYTHONUNBUFFERED=1
 
 # Dependencies first, in their own layer: a change to the code rebuilds only the last layers.
-# numpy's and scipy's own test suites go (a third of scipy, never imported), and so do C and
+# The byte code of modules the function never imports goes (scripts/prune_bytecode.py); numpy's and scipy's own test suites go (a third of scipy, never imported), and so do C and
 # Cython sources, headers and type stubs.
-COPY pyproject.toml README.md scripts/requirements.py /opt/gnn-faas/
+COPY pyproject.toml README.md scripts/requirements.py scripts/prune_bytecode.py /opt/gnn-faas/
 RUN --mount=type=secret,id=ca \
     set -e; if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi; \
     pip="python $(ls /usr/share/python-wheels/pip-*.whl /usr/local/lib/python3*/ensurepip/_bundled/pip-*.whl \
@@ -56,11 +58,24 @@ RUN --mount=type=secret,id=ca \
     pip="python $(ls /usr/share/python-wheels/pip-*.whl /usr/local/lib/python3*/ensurepip/_bundled/pip-*.whl \
       /usr/lib/python3*/ensurepip/_bundled/pip-*.whl 2>/dev/null | head -n 1)/pip"; \
     $pip install -q --no-deps /opt/gnn-faas; \
-    rm -rf /opt/gnn-faas; \
     python -c "import importlib.util as u; assert u.find_spec('torch') is None, 'torch in the memory image'"; \
     python -c "import importlib.util as u, sys; u.find_spec('boto3') is None and sys.exit(); import boto3; boto3.client('s3', region_name='us-east-1')"; \
     python -c "import gnn_faas.functions.memory_app"; \
-    echo 'gnnfaas:x:10001:10001:gnn-faas:/tmp:/usr/sbin/nologin' >>/etc/passwd; \
+    mods="gnn_faas.functions.memory_app gnn_faas.cli gnn_faas.cli.serve gnn_faas.functions.gunicorn_runner \
+      gunicorn.app.base gunicorn.workers.gthread gnn_faas.storage.backends.file"; \
+    for extra in boto3:gnn_faas.storage.backends.s3 redis:gnn_faas.storage.backends.redis; do \
+      if python -c "import ${extra%%:*}" 2>/dev/null; then mods="$mods ${extra#*:} ${extra%%:*}"; fi; done; \
+    case "$mods" in *boto3*) mods="$mods botocore.client botocore.session botocore.endpoint \
+      botocore.auth botocore.signers botocore.httpsession botocore.retries.standard s3transfer";; esac; \
+    python /opt/gnn-faas/prune_bytecode.py /opt/venv/lib/python3*/site-packages $mods; \
+    rm -rf /opt/gnn-faas
+
+FROM ${BASE_IMAGE}
+ENV VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PYTHONUNBUFFERED=1
+COPY --from=build /opt/venv /opt/venv
+RUN echo 'gnnfaas:x:10001:10001:gnn-faas:/tmp:/usr/sbin/nologin' >>/etc/passwd; \
     echo 'gnnfaas:x:10001:' >>/etc/group
 
 USER 10001:10001
