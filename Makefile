@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STORE ?= file://$(CURDIR)/var/store
 
-.PHONY: install test-deps kube-tools run test test-fast lint format bench clean
+.PHONY: install test-deps kube-tools run test test-fast lint format bench clean images engine-stop
 
 install: $(VENV)/.installed
 
@@ -33,7 +33,12 @@ kube-tools: install
 run: install
 	$(BIN)/gnn-faas demo --store $(STORE)
 
+# The images are built first; the container tests (tests/test_images.py, the docker platform
+# and gateway tests) start the engine themselves (tests/docker_engine.py, the same script) and
+# stop it at the end. Where no engine can start at all they skip, saying why; a failed build
+# fails them.
 test: install test-deps kube-tools
+	$(MAKE) images || echo "make test: the images were not built; the container tests say why"
 	$(BIN)/python -m pytest -q
 
 test-fast: install
@@ -51,5 +56,53 @@ bench: install
 	$(BIN)/gnn-faas datasets prepare bitcoin-otc --store $(STORE)
 	$(BIN)/gnn-faas bench fetch --store $(STORE) --graph bitcoin-otc --hops 2 --queries 200 --json
 
-clean:
+# Container images, built offline: a Debian bookworm base made by debootstrap and imported
+# (scripts/base-image.sh; BASE_IMAGE=python:3.11-slim where a registry is reachable), the CPU
+# torch wheel from /opt/wheels as an image for the compute build to mount, then the three
+# images with BuildKit (`--network host`; pip gets the host's CA bundle as a build secret).
+# Builds into the engine DOCKER_HOST names when one answers; otherwise starts its own dockerd
+# under build/docker (scripts/docker-engine.sh) and stops it when done.
+DOCKER_DIR := build/docker
+ENGINE := scripts/docker-engine.sh
+BASE_IMAGE ?= gnn-faas-base:bookworm
+IMAGE_TAG ?= latest
+TORCH_VARIANT ?= cpu
+TORCH_WHEEL ?= $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-cp311-*.whl))
+CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
+IMAGES := memory:gnn_faas/functions/memory.Dockerfile compute:gnn_faas/functions/compute.Dockerfile gateway:gnn_faas/gateway/Dockerfile
+
+images:
+	@set -euo pipefail; \
+	own=0; $(ENGINE) running $(DOCKER_DIR) || own=1; \
+	host=$$($(ENGINE) start $(DOCKER_DIR)); export DOCKER_HOST=$$host; \
+	if [ $$own = 1 ] && $(ENGINE) running $(DOCKER_DIR); then \
+	  trap '$(ENGINE) stop $(DOCKER_DIR)' EXIT; else own=0; fi; \
+	docker=$$($(ENGINE) docker); export DOCKER_BUILDKIT=1; t0=$$(date +%s); \
+	if [ "$(BASE_IMAGE)" = gnn-faas-base:bookworm ]; then \
+	  DOCKER=$$docker scripts/base-image.sh $(BASE_IMAGE); fi; \
+	wheels=$(BASE_IMAGE); torch=(); \
+	if [ "$(TORCH_VARIANT)" = cuda ]; then torch=(--build-arg TORCH_INDEX=https://pypi.org/simple); \
+	elif [ -n "$(TORCH_WHEEL)" ]; then \
+	  wheels=gnn-faas-wheels:$$(basename "$(TORCH_WHEEL)" .whl | tr '+' '-' | cut -c1-120); \
+	  $$docker image inspect $$wheels >/dev/null 2>&1 || \
+	    tar -C $$(dirname "$(TORCH_WHEEL)") -cf - $$(basename "$(TORCH_WHEEL)") | \
+	      $$docker import - $$wheels >/dev/null; fi; \
+	secret=(); [ -r "$(CA_BUNDLE)" ] && secret=(--secret id=ca,src=$(CA_BUNDLE)); \
+	labels=(--build-arg VERSION=$$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml) \
+	  --build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
+	  --build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ)); \
+	for spec in $(IMAGES); do name=$${spec%%:*}; file=$${spec#*:}; \
+	  echo "make images: gnn-faas-$$name:$(IMAGE_TAG) ($$file)"; \
+	  $$docker build --progress plain --network host --build-arg BASE_IMAGE=$(BASE_IMAGE) \
+	    --build-arg WHEELS=$$wheels "$${torch[@]}" "$${secret[@]}" "$${labels[@]}" \
+	    -f $$file -t gnn-faas-$$name:$(IMAGE_TAG) . >$(DOCKER_DIR)/build-$$name.log 2>&1 || \
+	    { tail -n 40 $(DOCKER_DIR)/build-$$name.log; exit 1; }; done; \
+	$$docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' 'gnn-faas-*'; \
+	echo "make images: $$(( $$(date +%s) - t0 )) s"
+
+# Stop the engine `make images` or the tests started under build/docker, if one still runs.
+engine-stop:
+	$(ENGINE) stop $(DOCKER_DIR)
+
+clean: engine-stop
 	rm -rf $(VENV) var build *.egg-info

@@ -11,6 +11,8 @@ Example::
     store: file:///srv/gnn-faas/store
     gateway: {port: 8080}
     platform: {keep_alive_s: 600, memory_function_mb: 512}
+    # functions as containers instead (make images):
+    # platform: {kind: docker, docker: {memory_image: gnn-faas-memory:latest}}
     buffers: {num_buffers: 4}
     limits: {max_body_bytes: 16777216, max_json_depth: 16}
     models:
@@ -122,6 +124,33 @@ class OpenFaaSSettings:
 
 
 @dataclass(frozen=True)
+class DockerSettings:
+    """The ``docker`` platform (scheduler/platform/docker.py): function instances
+    as containers of the images ``make images`` builds. ``host``: the engine
+    (``None``: ``$DOCKER_HOST``, else the default socket). ``memory_aware_cache:
+    false`` tells memory functions the machine's memory instead of letting them
+    read their container's limit (the cache then grows past it: a baseline)."""
+
+    host: str | None = None
+    memory_image: str = "gnn-faas-memory:latest"
+    compute_image: str = "gnn-faas-compute:latest"
+    start_timeout_s: float = 60.0
+    stop_grace_s: float = 5.0
+    memory_aware_cache: bool = True
+    tmpfs_mb: int = 64
+
+    def platform_kwargs(self) -> dict[str, Any]:
+        return {
+            "docker_host": self.host,
+            "images": {"memory": self.memory_image, "compute": self.compute_image},
+            "start_timeout_s": self.start_timeout_s,
+            "stop_grace_s": self.stop_grace_s,
+            "memory_aware_cache": self.memory_aware_cache,
+            "tmpfs_mb": self.tmpfs_mb,
+        }
+
+
+@dataclass(frozen=True)
 class PlatformConfig:
     kind: str = "local"
     keep_alive_s: float = 600.0
@@ -135,11 +164,14 @@ class PlatformConfig:
     min_instances: int = 1
     # memory function instance memory budget for one partition (λGrapher Alg. 2)
     runtime_mb: int = 96
+    docker: DockerSettings = field(default_factory=DockerSettings)
     knative: KnativeSettings = field(default_factory=KnativeSettings)
     openfaas: OpenFaaSSettings = field(default_factory=OpenFaaSSettings)
 
     def backend_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the ``kind`` backend's constructor from this section."""
+        if self.kind == "docker":
+            return self.docker.platform_kwargs()
         if self.kind in ("knative", "openfaas"):
             return {"settings": getattr(self, self.kind)}
         return {}

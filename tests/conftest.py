@@ -5,6 +5,8 @@
   it (restored afterwards) and a bucket; yields the base ``s3://BUCKET/PREFIX``.
 - ``store_uri``: a fresh, empty store URI of each kind (``file``, ``s3``,
   ``redis``), unique per test; servers start only when a test needs them.
+- ``docker_host``: a session-wide Docker engine with the project's images
+  (tests/docker_engine.py); ``DOCKER_HOST`` points at it for the session.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.docker_engine import docker_engine
 from tests.servers import moto_server, redis_server
 
 S3_BUCKET = "gnn-faas-tests"
@@ -24,6 +27,12 @@ STORE_KINDS = ["file", "s3", "redis"]
 def redis_url() -> Iterator[str]:
     with redis_server() as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def docker_host() -> Iterator[str]:
+    with docker_engine() as host:
+        yield host
 
 
 @pytest.fixture(scope="session")

@@ -25,8 +25,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", default=None, help="store URI (default: a temporary file store)")
     p.add_argument("--graph", default="bitcoin-otc", help="graph name (default: bitcoin-otc)")
     p.add_argument("--model", default=None, help="checkpoint dir (default: a fresh 2-layer GCN)")
-    p.add_argument("--runs", type=int, default=3, help="cold starts per function (median)")
+    p.add_argument(
+        "--runs", type=int, default=None, help="cold starts per function (median; 3, docker: 5)"
+    )
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for ready")
+    p.add_argument(
+        "--platform",
+        choices=("local", "docker"),
+        default="local",
+        help="docker: containers and processes side by side (bench/coldstart_docker.py)",
+    )
 
 
 def gnn_faas_command() -> list[str]:
@@ -142,6 +150,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from gnn_faas.errors import InvalidRequest
 
+    if args.platform == "docker":
+        from gnn_faas.bench import coldstart_docker
+
+        return coldstart_docker.run(args)
+    args.runs = 3 if args.runs is None else args.runs
     if args.runs < 1:
         raise InvalidRequest("--runs must be >= 1")
     with tempfile.TemporaryDirectory(prefix="gnn-faas-coldstart-") as tmp:

@@ -1,6 +1,6 @@
 """``gnn-faas up``, ``invoke`` and ``status``.
 
-``gnn-faas up [--config FILE] [--port P]`` prepares what the config names (the
+``gnn-faas up [--config FILE] [--port P] [--platform local|docker]`` prepares what the config names (the
 graph from the dataset registry when the store lacks it; a checkpoint trained
 on the graph's vertex task when none exists), then serves the gateway under
 gunicorn: one worker process with threads and background timers; the worker
@@ -24,6 +24,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", default=None, help="YAML serving config (default: embedded)")
     p.add_argument("--host", default=None, help="gateway address (default: config, 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="gateway port (default: config, 8080)")
+    p.add_argument(
+        "--platform",
+        default=None,
+        help="where function instances run: local (processes, the default) or docker "
+        "(containers of the images `make images` builds); overrides the config's platform.kind",
+    )
     p.add_argument("--log-level", default="info")
     p.set_defaults(handler=_up)
 
@@ -66,6 +72,17 @@ def prepare(config, log=print) -> None:
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
 
+def check_platform(config) -> None:
+    """An unknown platform kind is a clear error before anything starts."""
+    from gnn_faas.errors import InvalidRequest
+    from gnn_faas.scheduler.platform import PLATFORMS
+
+    if config.platform.kind not in PLATFORMS:
+        raise InvalidRequest(
+            f"unknown platform {config.platform.kind!r}; choose one of {sorted(PLATFORMS)}"
+        )
+
+
 def _up(args: argparse.Namespace) -> int:
     import dataclasses
 
@@ -81,7 +98,18 @@ def _up(args: argparse.Namespace) -> int:
             gw, host=args.host or gw.host, port=gw.port if args.port is None else args.port
         )
         config = dataclasses.replace(config, gateway=gw)
+    if args.platform is not None:
+        config = dataclasses.replace(
+            config, platform=dataclasses.replace(config.platform, kind=args.platform)
+        )
+    check_platform(config)
+    if config.platform.kind == "docker":
+        from gnn_faas.scheduler.platform.docker import check_mounts, preflight
+
+        preflight(config.platform.docker)  # engine and images: one clear error now
     prepare(config, log=lambda msg: print(f"gnn-faas up: {msg}", file=sys.stderr, flush=True))
+    if config.platform.kind == "docker":
+        check_mounts(config)  # what the containers mount is readable by their user
     holder: dict = {}
 
     def factory():

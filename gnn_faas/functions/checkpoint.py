@@ -26,6 +26,7 @@ torch. Only :func:`save_checkpoint` and :func:`load_state` do, inside.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +135,9 @@ def save_checkpoint(
     tmp_w, tmp_c = out / (WEIGHTS_FILE + ".tmp"), out / (CONFIG_FILE + ".tmp")
     save_file(tensors, str(tmp_w), metadata={"format": "gnn-faas-model", "arch": config.arch})
     tmp_c.write_text(config.to_json() + "\n")
+    # safetensors creates its file 0600: give the weights the config's (umask) mode, so a
+    # function running as another user (a container's) can read the checkpoint
+    shutil.copymode(tmp_c, tmp_w)
     os.replace(tmp_w, out / WEIGHTS_FILE)
     os.replace(tmp_c, out / CONFIG_FILE)
     return out

@@ -1,45 +1,95 @@
-# Compute function image: torch + the layer weights' Update stages.
+# Compute function image (gnn-faas-compute): torch and the Update stages of the layers.
 #
-#   docker build -f gnn_faas/functions/compute.Dockerfile -t gnn-faas-compute .
-#   docker run -p 8080:8080 -v $PWD/var/models/bitcoin-otc:/model gnn-faas-compute [--threads 2]
+#   make images                  # builds it offline (CPU torch from the wheel on disk)
+#   make images TORCH_VARIANT=cuda   # torch from PyPI: its default Linux build brings CUDA
+#   docker run --network host --read-only --tmpfs /tmp -e PORT=8080 \
+#       -v $PWD/var/models/bitcoin-otc:/model:ro gnn-faas-compute --model /model
 #
-# The build context is the repository root. By default the CPU torch wheel is
-# installed from PyTorch's CPU index (no CUDA libraries: a much smaller image).
-# For GPUs pick a CUDA wheel index (the wheels bring the CUDA runtime; the host
-# provides the driver through the NVIDIA container toolkit), optionally on a
-# CUDA base image that has Python >= 3.10 and pip (--build-arg BASE=...):
-#
-#   docker build -f gnn_faas/functions/compute.Dockerfile \
-#       --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu124 -t gnn-faas-compute:cuda .
-#
-# The function uses CUDA when torch sees a device, else the CPU with
-# GNN_FAAS_THREADS (default: cores / workers) threads per worker, set after the
-# fork. MODEL_DIR is the checkpoint (config.json + model.safetensors).
-ARG BASE=python:3.11-slim
-FROM ${BASE}
+# The build context is the repository root. BASE_IMAGE as in memory.Dockerfile. torch:
+# - WHEELS names an image whose root holds torch-*.whl (`make images` imports the CPU wheel
+#   from /opt/wheels into gnn-faas-wheels); that wheel is bind-mounted for one RUN, so it never
+#   lands in a layer. With no wheel there, pip installs TORCH_SPEC from TORCH_INDEX: PyTorch's
+#   CPU index by default, https://pypi.org/simple for a CUDA build (the wheels bring the CUDA
+#   runtime; the host gives the driver through the NVIDIA container toolkit).
+# - The function uses CUDA when torch sees a device (--device overrides), else the CPU with
+#   GNN_FAAS_THREADS threads (default: the CPUs the container may use / workers).
+# pip reaches the index with the CA bundle given as the BuildKit secret `ca` (optional; never
+# in a layer). Contract as memory.Dockerfile: $PORT, /v2/health/ready and /_/health, uid 10001,
+# read-only root filesystem with /tmp writable.
+ARG BASE_IMAGE=gnn-faas-base:bookworm
+ARG WHEELS=gnn-faas-base:bookworm
+FROM ${WHEELS} AS wheels
+FROM ${BASE_IMAGE}
 
+ARG TORCH_SPEC=torch
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
-ARG TORCH_VERSION=
-ENV PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1 \
+
+ENV VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore \
+    PYTHONUNBUFFERED=1
 
-# torch first, from the chosen index, so `.[compute]` finds it satisfied and
-# never resolves a different (CUDA) build from PyPI
-RUN pip install --index-url "${TORCH_INDEX}" "torch${TORCH_VERSION:+==${TORCH_VERSION}}"
+# torch first, on its own (the largest layer, the one that changes least), then the other
+# dependencies: pip then finds torch satisfied and never resolves a different build.
+RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca \
+    set -e; if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi; \
+    pip="python $(ls /usr/share/python-wheels/pip-*.whl /usr/local/lib/python3*/ensurepip/_bundled/pip-*.whl \
+      /usr/lib/python3*/ensurepip/_bundled/pip-*.whl 2>/dev/null | head -n 1)/pip"; \
+    python3 -m venv --without-pip /opt/venv; \
+    wheel=$(ls /wheels/torch-*.whl 2>/dev/null | head -n 1); \
+    if [ -n "$wheel" ]; then $pip install -q "$wheel"; \
+    else $pip install -q --index-url "${TORCH_INDEX}" "${TORCH_SPEC}"; fi; \
+    rm -rf /root/.cache
 
-WORKDIR /opt/gnn-faas
-COPY pyproject.toml README.md ./
-COPY gnn_faas ./gnn_faas
-RUN pip install ".[compute]" \
- && python -c "import gnn_faas.functions.compute_app, torch; print('torch', torch.__version__)"
+COPY pyproject.toml README.md scripts/requirements.py /opt/gnn-faas/
+RUN --mount=type=secret,id=ca \
+    set -e; if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi; \
+    pip="python $(ls /usr/share/python-wheels/pip-*.whl /usr/local/lib/python3*/ensurepip/_bundled/pip-*.whl \
+      /usr/lib/python3*/ensurepip/_bundled/pip-*.whl 2>/dev/null | head -n 1)/pip"; \
+    python3 /opt/gnn-faas/requirements.py /opt/gnn-faas/pyproject.toml compute >/tmp/req.txt; \
+    $pip install -q -r /tmp/req.txt; \
+    rm -rf /tmp/req.txt /root/.cache; \
+    find /opt/venv/lib/python3*/site-packages/numpy /opt/venv/lib/python3*/site-packages/scipy \
+      -depth -type d -name tests -exec rm -rf {} +; \
+    find /opt/venv/lib/python3*/site-packages \( -name '*.pyi' -o -name '*.pxd' -o -name '*.pyx' \
+      -o -name '*.h' -o -name '*.c' -o -name '*.cpp' -o -name '*.f' -o -name '*.f90' \) -delete
 
-RUN useradd --system --uid 10001 gnnfaas
-USER 10001
-ENV PORT=8080 MODEL_DIR=/model
+COPY gnn_faas /opt/gnn-faas/gnn_faas
+RUN --mount=type=secret,id=ca \
+    set -e; if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi; \
+    pip="python $(ls /usr/share/python-wheels/pip-*.whl /usr/local/lib/python3*/ensurepip/_bundled/pip-*.whl \
+      /usr/lib/python3*/ensurepip/_bundled/pip-*.whl 2>/dev/null | head -n 1)/pip"; \
+    $pip install -q --no-deps /opt/gnn-faas; \
+    rm -rf /opt/gnn-faas; \
+    python -c "import torch, gnn_faas.functions.compute_app; print('torch', torch.__version__)"; \
+    echo 'gnnfaas:x:10001:10001:gnn-faas:/tmp:/usr/sbin/nologin' >>/etc/passwd; \
+    echo 'gnnfaas:x:10001:' >>/etc/group
+
+USER 10001:10001
+WORKDIR /tmp
+ENV HOME=/tmp TMPDIR=/tmp XDG_CACHE_HOME=/tmp/.cache MPLCONFIGDIR=/tmp/matplotlib \
+    TORCH_HOME=/tmp/.cache/torch TORCHINDUCTOR_CACHE_DIR=/tmp/.cache/inductor \
+    PYTHONDONTWRITEBYTECODE=1 \
+    GNN_FAAS_EXIT_ON_WORKER_DEATH=1 \
+    HOST=0.0.0.0 PORT=8080 MODEL_DIR=""
 EXPOSE 8080
-HEALTHCHECK --interval=10s --timeout=2s --start-period=10s \
-  CMD python -c "import os, urllib.request as r; r.urlopen(f'http://127.0.0.1:{os.environ[\"PORT\"]}/v2/health/ready', timeout=2)"
-ENTRYPOINT ["/bin/sh", "-c", "exec gnn-faas serve compute --host 0.0.0.0 --port \"${PORT}\" --model \"${MODEL_DIR}\" \"$@\"", "gnn-faas-compute"]
+HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
+  CMD ["python", "-c", "import os, urllib.request as r; r.urlopen('http://127.0.0.1:%s/v2/health/ready' % os.environ.get('PORT', '8080'), timeout=2)"]
+ENTRYPOINT ["/bin/sh", "-c", "exec gnn-faas serve compute --host \"${HOST}\" --port \"${PORT}\" ${MODEL_DIR:+--model \"$MODEL_DIR\"} \"$@\"", "gnn-faas-compute"]
 CMD []
+
+# Labels last: their build arguments change every build and must not void the cache above.
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG CREATED=unknown
+ARG BASE_IMAGE
+LABEL org.opencontainers.image.title="gnn-faas-compute" \
+      org.opencontainers.image.description="gnn-faas compute function: Update stages of GNN layers on torch (CPU or CUDA)" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.source="https://github.com/gnn-faas/gnn-faas" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.base.name="${BASE_IMAGE}"

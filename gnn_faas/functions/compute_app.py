@@ -90,6 +90,7 @@ def create_compute_app(
     def live():
         return jsonify({"live": True})
 
+    @app.get("/_/health")  # OpenFaaS's default readiness probe path
     @app.get("/v2/health/ready")
     def ready():
         return jsonify({"ready": True})

@@ -10,7 +10,13 @@ A ``post_fork`` callback runs in the worker before the factory: the compute
 function sets its torch thread count there. When the sockets are bound the
 master prints one line, ``gnn-faas <role> function listening on
 http://HOST:PORT (pid N)``, with the real port (``port=0`` picks a free one), which
-is what the local platform waits for. SIGTERM is a graceful shutdown. An app
+is what the local platform waits for. SIGTERM is a graceful shutdown.
+
+With ``GNN_FAAS_EXIT_ON_WORKER_DEATH=1`` (set in the container images) a worker
+that dies while the server runs (the OOM killer, a crash, a SIGKILL) ends the
+master too, with status :data:`WORKER_DEATH_EXIT`, instead of a silent
+respawn: the container then exits and its platform sees the failure (Docker's
+``State.OOMKilled``, Kubernetes' ``OOMKilled`` reason) and counts it. An app
 that fails to start (a :class:`~gnn_faas.errors.GnnFaasError`) prints one line,
 the worker exits with :data:`BOOT_ERROR_EXIT`, gunicorn halts and :func:`serve`
 returns 2.
@@ -27,6 +33,7 @@ from typing import Any
 from gunicorn.app.base import BaseApplication
 
 BOOT_ERROR_EXIT = 3  # gunicorn's WORKER_BOOT_ERROR: the arbiter halts with it
+WORKER_DEATH_EXIT = 137  # 128 + SIGKILL: what an OOM-killed container reports
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,7 @@ class FactoryApplication(BaseApplication):
             "control_socket_disable": True,
             "when_ready": self._when_ready,
             "post_fork": self._post_fork,
+            **self._worker_death_hook(),
             **c.extra,
         }
         for key, value in settings.items():
@@ -102,6 +110,23 @@ class FactoryApplication(BaseApplication):
                 file=self.out,
                 flush=True,
             )
+
+    @staticmethod
+    def _worker_death_hook() -> dict[str, Any]:
+        if os.environ.get("GNN_FAAS_EXIT_ON_WORKER_DEATH", "") in ("", "0"):
+            return {}
+
+        def child_exit(server, worker) -> None:
+            # the arbiter empties LISTENERS when it stops: a worker leaving then is a shutdown
+            if server.LISTENERS:
+                print(
+                    f"gnn-faas: worker {worker.pid} died; the instance exits with it",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                os._exit(WORKER_DEATH_EXIT)
+
+        return {"child_exit": child_exit}
 
     def _post_fork(self, server, worker) -> None:
         if self.post_fork_hook is not None:

@@ -446,6 +446,7 @@ def create_memory_app(cfg: MemoryFunctionConfig) -> Flask:
     def live():
         return jsonify({"live": True})
 
+    @app.get("/_/health")  # OpenFaaS's default readiness probe path
     @app.get("/v2/health/ready")
     def ready():
         if not fn.ready:

@@ -3,7 +3,7 @@
 Open Inference Protocol (KServe/Triton v2 REST)::
 
     GET  /v2/health/live          the process is up
-    GET  /v2/health/ready         every model could serve a request now
+    GET  /v2/health/ready         every model could serve a request now (also /_/health)
     GET  /v2                      server metadata
     GET  /v2/models               the served models (a convenience beyond OIP)
     GET  /v2/models/{m}           model metadata
@@ -44,6 +44,7 @@ def create_gateway_app(plane: DataPlane) -> Flask:
     def live():
         return jsonify({"live": plane.live()})
 
+    @app.get("/_/health")  # OpenFaaS's default readiness probe path
     @app.get("/v2/health/ready")
     def ready():
         ok = plane.ready()

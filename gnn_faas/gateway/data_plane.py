@@ -24,7 +24,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
 import numpy as np
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from gnn_faas.clock import RealClock
 from gnn_faas.config import ModelServingConfig, ServingConfig
@@ -646,3 +646,14 @@ class DataPlane:
             for fn, row in report.by_function().items():
                 g.add_metric([fn], float(row[key]))
             yield g
+        # platforms that tell why instances died (docker: oom, exit_<code>, start_timeout, ...)
+        failure_counts = getattr(self.platform, "failure_counts", None)
+        if failure_counts is not None:
+            failed = CounterMetricFamily(
+                "gnn_faas_instance_failures",
+                "Function instances that failed, by reason",
+                labels=["function", "reason"],
+            )
+            for (fn, reason), n in sorted(failure_counts().items()):
+                failed.add_metric([fn, reason], n)
+            yield failed

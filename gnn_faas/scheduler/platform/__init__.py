@@ -25,6 +25,7 @@ from gnn_faas.scheduler.platform.metering import Meter, MeteringReport, Usage
 # name -> "module:Class"; None: planned, not available in this build yet.
 PLATFORMS: dict[str, str | None] = {
     "local": "gnn_faas.scheduler.platform.local:LocalPlatform",
+    "docker": "gnn_faas.scheduler.platform.docker:DockerPlatform",
     "knative": "gnn_faas.scheduler.platform.knative:KnativePlatform",
     "openfaas": "gnn_faas.scheduler.platform.openfaas:OpenFaaSPlatform",
 }

@@ -1,0 +1,675 @@
+"""The docker platform: function instances as containers of the project's images.
+
+Each instance is one container of the function's image (``gnn-faas-memory`` or
+``gnn-faas-compute``, built by ``make images``) created through the Docker
+Engine API (the ``docker`` SDK) with
+
+- ``mem_limit = memswap_limit = memory_mb`` MiB (no swap: the limit is real, and
+  exceeding it is an OOM kill) and ``nano_cpus = vcpus · 10⁹`` (``--cpus``);
+- ``network_mode="host"`` and ``HOST=127.0.0.1``, ``PORT=<a free loopback port>``
+  (the images' contract): the engine needs no bridge, NAT or iptables;
+- a read-only root filesystem with a tmpfs ``/tmp``, run as the image's
+  non-root user;
+- read-only bind mounts at the same paths of what the arguments name on this
+  machine: a ``file://`` store (memory), a checkpoint directory (compute), a
+  peak-predictor file;
+- the spec's arguments as the command (the image's entrypoint runs
+  ``gnn-faas serve KIND``); memory functions get no ``--memory-mb``, so their
+  cache capacity follows the container's cgroup limit
+  (:mod:`gnn_faas.functions.memory_limit`), unless ``memory_aware_cache`` is off:
+  then they are told the machine's physical memory and the cache grows past the
+  real limit (the baseline of FaaS-GNN 4.3's comparison).
+
+Cold start: from just before the container is created to the first 200 of
+``/v2/health/ready`` (:func:`gnn_faas.health.probe_ready`), wall time. A
+container that exits first or is not ready within ``start_timeout_s`` is
+removed and :class:`~gnn_faas.errors.Unavailable` carries the tail of its log.
+
+Failures: a container that exits while serving (the images end the container
+when a worker dies, so an OOM kill shows as exit 137 with ``State.OOMKilled``)
+is marked ``failed``; the gateway's load-aware pool retries its work on another
+instance. :meth:`DockerPlatform.failure_counts` counts failures by function and
+reason (``oom``, ``exit_<code>``, ``start_timeout``, ``start_exit``,
+``start_error``); the gateway exports them in ``/metrics``.
+
+Ownership (crash safety): every container is labelled with this platform's
+owner id, the owning process's pid, its start time, hostname and pid
+namespace. A new platform removes containers whose owner process (same host,
+same pid namespace) is gone, so instances of a SIGKILLed gateway never linger
+past the next start; :meth:`shutdown` (also :mod:`atexit`) removes its own.
+
+Keep-alive, scale to zero, ``busy`` and metering behave as on the local
+platform (:mod:`gnn_faas.scheduler.platform.local`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import itertools
+import logging
+import math
+import os
+import re
+import socket
+import stat
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from gnn_faas.clock import Clock, RealClock
+from gnn_faas.errors import InvalidRequest, MissingExtra, NotFound, Unavailable
+from gnn_faas.health import probe_ready
+from gnn_faas.scheduler.platform.base import FunctionSpec, Instance, Platform
+from gnn_faas.scheduler.platform.metering import Meter, MeteringReport
+
+log = logging.getLogger(__name__)
+
+LABEL = "io.gnn-faas"
+THREAD_VARS = ("GNN_FAAS_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+DEFAULT_IMAGES = {"memory": "gnn-faas-memory:latest", "compute": "gnn-faas-compute:latest"}
+# arguments whose value is a path on this machine that the container must see
+PATH_ARGS = {"--store": "store", "--model": "checkpoint", "--predictor": "predictor"}
+
+
+def _docker():
+    try:
+        import docker
+    except ImportError:
+        raise MissingExtra("the docker platform", "docker", "docker") from None
+    return docker
+
+
+def owner_scope() -> str:
+    """``hostname/pid-namespace``: where an owner's pid means something."""
+    try:
+        ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        ns = "pid:?"
+    return f"{socket.gethostname()}/{ns}"
+
+
+def _process_start(pid: int) -> str:
+    try:
+        return f"{psutil.Process(pid).create_time():.2f}"
+    except psutil.Error:
+        return ""
+
+
+def owner_alive(labels: dict[str, str]) -> bool | None:
+    """Whether the process that labelled a container still runs: ``None`` when
+    it cannot be told from here (another host or pid namespace)."""
+    if labels.get(f"{LABEL}.owner-scope") != owner_scope():
+        return None
+    try:
+        pid = int(labels.get(f"{LABEL}.owner-pid", ""))
+    except ValueError:
+        return False
+    return _process_start(pid) == labels.get(f"{LABEL}.owner-start", "")
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def bind_sources(spec: FunctionSpec) -> list[str]:
+    """Paths on this machine that the spec's arguments name (store, checkpoint,
+    predictor), to bind-mount read-only at the same paths."""
+    out: list[str] = []
+    args = list(spec.args)
+    for flag, value in zip(args, args[1:]):
+        if flag not in PATH_ARGS:
+            continue
+        if flag == "--store":
+            if not value.startswith("file://"):
+                continue  # s3:// and redis:// are reached over the network
+            value = value[len("file://") :].split("?", 1)[0]
+        out.append(str(Path(value).resolve()))
+    return out
+
+
+def check_readable(path: str, what: str) -> None:
+    """The container's user (not this one) must be able to read ``path``: every
+    directory on the way needs o+x, the target o+r (and o+x for a directory)."""
+    p = Path(path)
+    if not p.exists():
+        raise NotFound(f"{what} {path} does not exist")
+    for parent in reversed(p.parents):
+        if not parent.stat().st_mode & stat.S_IXOTH:
+            raise InvalidRequest(
+                f"{what} {path} is not readable inside the container (it runs as uid 10001): "
+                f"{parent} lacks o+x; chmod o+rx {parent}"
+            )
+    # the path itself and what lies up to two levels below it (a store's graphs' blobs, a
+    # checkpoint's files)
+    todo = [p]
+    if p.is_dir():
+        for child in p.iterdir():
+            todo.append(child)
+            if child.is_dir():
+                todo.extend(child.iterdir())
+    for q in todo:
+        mode = q.stat().st_mode
+        need = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(mode) else 0)
+        if mode & need != need:
+            raise InvalidRequest(
+                f"{what} {path} is not readable inside the container (it runs as uid 10001): "
+                f"{q} lacks o+r{'x' if stat.S_ISDIR(mode) else ''}; chmod -R o+rX {path}"
+            )
+
+
+@dataclass
+class _Running:
+    instance: Instance
+    container_id: str
+    calls: int = 0
+
+
+class DockerPlatform(Platform):
+    """Function instances as containers (see the module docstring)."""
+
+    name = "docker"
+
+    def __init__(
+        self,
+        clock: Clock | None = None,
+        docker_host: str | None = None,
+        images: dict[str, str] | None = None,
+        host: str = "127.0.0.1",
+        start_timeout_s: float = 60.0,
+        reaper_interval_s: float | None = 1.0,
+        *,
+        memory_aware_cache: bool = True,
+        stop_grace_s: float = 5.0,
+        tmpfs_mb: int = 64,
+        env: dict[str, str] | None = None,
+        client: Any = None,
+    ):
+        """``docker_host``: the engine (default: ``$DOCKER_HOST``, else the
+        default socket). ``images``: image per kind (default
+        :data:`DEFAULT_IMAGES`). ``reaper_interval_s=None``: no reaper thread
+        (call :meth:`reap` yourself). ``env``: extra environment for every
+        container. Raises :class:`~gnn_faas.errors.Unavailable` when no engine
+        answers."""
+        docker = _docker()
+        self.clock = clock if clock is not None else RealClock()
+        self.host = host
+        self.images = {**DEFAULT_IMAGES, **(images or {})}
+        self.start_timeout_s = float(start_timeout_s)
+        self.stop_grace_s = float(stop_grace_s)
+        self.memory_aware_cache = bool(memory_aware_cache)
+        self.tmpfs_mb = int(tmpfs_mb)
+        self.extra_env = dict(env or {})
+        self.docker_host = docker_host or os.environ.get("DOCKER_HOST") or "the default socket"
+        if client is None:
+            try:
+                client = (
+                    docker.DockerClient(base_url=docker_host, timeout=30)
+                    if docker_host
+                    else docker.from_env(timeout=30)
+                )
+                client.ping()
+            except Exception as exc:  # DockerException, requests' ConnectionError, ...
+                raise Unavailable(
+                    f"no Docker engine answers at {self.docker_host} ({type(exc).__name__}: "
+                    f"{exc}); start one (`make images` starts one under build/docker) or set "
+                    "DOCKER_HOST"
+                ) from None
+        self.client = client
+        self.owner = uuid.uuid4().hex
+        pid = os.getpid()
+        self._owner_labels = {
+            f"{LABEL}.platform": "docker",
+            f"{LABEL}.owner": self.owner,
+            f"{LABEL}.owner-pid": str(pid),
+            f"{LABEL}.owner-start": _process_start(pid),
+            f"{LABEL}.owner-scope": owner_scope(),
+        }
+        self.meter = Meter(self.clock)
+        self._running: dict[str, _Running] = {}
+        self._failures: Counter[tuple[str, str]] = Counter()
+        self._ids = itertools.count(1)
+        self._lock = threading.RLock()
+        self._closed = False
+        self._last_poll = 0.0
+        self.orphans_removed = self.remove_orphans()
+        self._stop_reaper = threading.Event()
+        self._reaper: threading.Thread | None = None
+        if reaper_interval_s is not None:
+            self._reaper = threading.Thread(
+                target=self._reap_loop,
+                args=(float(reaper_interval_s),),
+                daemon=True,
+                name="gnn-faas-docker-reaper",
+            )
+            self._reaper.start()
+        atexit.register(self.shutdown)
+
+    # -- preflight -----------------------------------------------------------------
+    def check_images(self, kinds: tuple[str, ...] = ("memory", "compute")) -> None:
+        """Raise :class:`~gnn_faas.errors.NotFound` naming every missing image."""
+        docker = _docker()
+        missing = []
+        for kind in kinds:
+            try:
+                self.client.images.get(self.images[kind])
+            except docker.errors.ImageNotFound:
+                missing.append(self.images[kind])
+        if missing:
+            raise NotFound(
+                f"image(s) {', '.join(missing)} not found in the Docker engine at "
+                f"{self.docker_host}; build them with `make images`"
+            )
+
+    def remove_orphans(self) -> list[str]:
+        """Remove containers labelled by a platform whose process is gone (a
+        gateway that was killed); the names removed."""
+        removed = []
+        try:
+            found = self.client.containers.list(
+                all=True, filters={"label": f"{LABEL}.platform=docker"}
+            )
+        except Exception as exc:
+            log.warning("cannot list containers to reap orphans: %s", exc)
+            return removed
+        for c in found:
+            labels = c.labels or {}
+            if labels.get(f"{LABEL}.owner") == self.owner or owner_alive(labels) is not False:
+                continue
+            with contextlib.suppress(Exception):
+                c.remove(force=True)
+                removed.append(c.name)
+        if removed:
+            log.warning("removed %d orphaned function container(s): %s", len(removed), removed)
+        return removed
+
+    # -- lifecycle -------------------------------------------------------------------
+    def _container_args(self, spec: FunctionSpec, iid: str, port: int) -> dict[str, Any]:
+        docker = _docker()
+        command = list(spec.args)
+        if spec.kind == "memory" and not self.memory_aware_cache:
+            # told the machine's memory, the cache grows past the container's real limit
+            command += ["--memory-mb", str(psutil.virtual_memory().total // 2**20)]
+        threads = str(max(1, math.ceil(spec.vcpus)))
+        env = {"HOST": self.host, "PORT": str(port), **{v: threads for v in THREAD_VARS}}
+        env.update(self.extra_env)
+        env.update(dict(spec.env))
+        mounts = []
+        for path in dict.fromkeys(bind_sources(spec)):
+            check_readable(path, f"{spec.name}'s")
+            mounts.append(docker.types.Mount(path, path, type="bind", read_only=True))
+        limit = int(spec.memory_mb) * 2**20
+        name = re.sub(r"[^a-zA-Z0-9_.-]", "-", f"gnn-faas-{self.owner[:8]}-{iid}")
+        return dict(
+            image=self.images[spec.kind],
+            command=command,
+            name=name,
+            environment=env,
+            labels={
+                **self._owner_labels,
+                f"{LABEL}.instance": iid,
+                f"{LABEL}.function": spec.name,
+                f"{LABEL}.kind": spec.kind,
+            },
+            mounts=mounts,
+            network_mode="host",
+            read_only=True,
+            tmpfs={"/tmp": f"rw,nosuid,nodev,size={self.tmpfs_mb}m,mode=1777"},
+            mem_limit=limit,
+            memswap_limit=limit,
+            nano_cpus=int(spec.vcpus * 1e9),
+        )
+
+    def launch(self, spec: FunctionSpec) -> Instance:
+        if self._closed:
+            raise Unavailable("the docker platform has been shut down")
+        docker = _docker()
+        if spec.kind not in self.images:
+            raise Unavailable(f"no image for function kind {spec.kind!r}")
+        iid = f"{spec.name}-{next(self._ids)}"
+        port = free_port(self.host)
+        kwargs = self._container_args(spec, iid, port)
+        t0 = time.perf_counter()
+        now = self.clock.now()
+        try:
+            # create + start, not run: run would try to pull a missing image from a registry
+            container = self.client.containers.create(**kwargs)
+        except docker.errors.ImageNotFound:
+            self._count(spec.name, "start_error")
+            raise Unavailable(
+                f"cannot start {spec.name}: image {kwargs['image']} not found in the Docker "
+                f"engine at {self.docker_host}; build it with `make images`"
+            ) from None
+        except Exception as exc:  # APIError, engine gone
+            self._count(spec.name, "start_error")
+            raise Unavailable(f"cannot start {spec.name}: {exc}") from None
+        try:
+            container.start()
+        except Exception as exc:
+            self._count(spec.name, "start_error")
+            self._remove(container.id, grace=0.0)
+            raise Unavailable(f"cannot start {spec.name}: {exc}") from None
+        inst = Instance(
+            id=iid,
+            spec=spec,
+            url=f"http://{self.host}:{port}",
+            pid=None,
+            state="starting",
+            started_at=now,
+            last_used=now,
+        )
+        run = _Running(inst, container.id)
+        with self._lock:
+            self._running[iid] = run
+        self.meter.start(iid, spec.name, spec.memory_mb, spec.vcpus, at=now)
+        log.info("launching %s: container %s of %s", iid, container.name, kwargs["image"])
+
+        reason = self._wait_ready(container, inst.url, t0 + self.start_timeout_s)
+        if reason is not None:
+            tail = self._logs(container)
+            with self._lock:
+                inst.state = "failed"
+                self._running.pop(iid, None)
+            self.meter.stop(iid)
+            self._count(spec.name, reason[0])
+            self._remove(container.id, grace=0.0)
+            raise Unavailable(
+                f"instance {iid} of {spec.name!r} (image {kwargs['image']}) did not become "
+                f"ready: {reason[1]}" + (f"; log tail:\n{tail}" if tail else "")
+            )
+        cold = time.perf_counter() - t0
+        with contextlib.suppress(Exception):
+            container.reload()
+        with self._lock:
+            now = self.clock.now()
+            inst.ready_at, inst.last_used, inst.cold_start_s = now, now, cold
+            inst.pid = (container.attrs.get("State") or {}).get("Pid") or None
+            if inst.state == "starting":
+                inst.state = "ready"
+            snapshot = replace(inst)
+        self.meter.ready(iid, cold)
+        log.info("%s ready at %s after a %.3f s cold start", iid, inst.url, cold)
+        return snapshot
+
+    def _wait_ready(self, container, url: str, deadline: float) -> tuple[str, str] | None:
+        """``None`` once ready, else ``(reason, message)``."""
+        pause, next_check = 0.01, 0.0
+        while True:
+            if probe_ready(url, timeout=1.0):
+                return None
+            now = time.perf_counter()
+            if now >= next_check:  # the engine is asked less often than the probe runs
+                next_check = now + 0.2
+                try:
+                    container.reload()
+                    state = container.attrs.get("State") or {}
+                except Exception as exc:
+                    return "start_error", f"the engine lost the container ({exc})"
+                if state.get("Status") in ("exited", "dead"):
+                    why = "out of memory" if state.get("OOMKilled") else "it exited"
+                    return "start_exit", f"{why} with status {state.get('ExitCode')}"
+            if now >= deadline:
+                return "start_timeout", f"not ready after {self.start_timeout_s:g} s"
+            time.sleep(pause)
+            pause = min(0.05, pause * 1.5)
+
+    def _logs(self, container, limit: int = 2000) -> str:
+        try:
+            return container.logs(tail=30).decode("utf-8", "replace").strip()[-limit:]
+        except Exception:
+            return ""
+
+    def _remove(self, container_id: str, grace: float) -> dict:
+        """Stop (SIGTERM, ``grace`` seconds, SIGKILL) and remove a container; its
+        final ``State`` (empty if it was gone already)."""
+        state: dict = {}
+        try:
+            c = self.client.containers.get(container_id)
+            if grace > 0 and c.status == "running":
+                c.stop(timeout=max(1, int(math.ceil(grace))))
+            c.reload()
+            state = c.attrs.get("State") or {}
+            c.remove(force=True)
+        except Exception as exc:  # already gone (NotFound), or the engine is
+            log.debug("removing %s: %s", container_id[:12], exc)
+        return state
+
+    def _count(self, function: str, reason: str) -> None:
+        with self._lock:
+            self._failures[(function, reason)] += 1
+
+    @staticmethod
+    def failure_reason(state: dict) -> str:
+        """``oom`` when the kernel killed for memory, else ``exit_<code>``."""
+        if state.get("OOMKilled"):
+            return "oom"
+        return f"exit_{state.get('ExitCode')}"
+
+    def stop(self, instance_id: str) -> None:
+        with self._lock:
+            run = self._running.pop(instance_id, None)
+            if run is None:
+                return
+            was_failed = run.instance.state == "failed"
+            if not was_failed:
+                run.instance.state = "stopped"
+        self._finish(instance_id, run, counted=was_failed)
+
+    def _finish(self, instance_id: str, run: _Running, counted: bool) -> None:
+        exited_before = False
+        if not counted:
+            with contextlib.suppress(Exception):
+                exited_before = self.client.containers.get(run.container_id).status in (
+                    "exited",
+                    "dead",
+                )
+        state = self._remove(run.container_id, self.stop_grace_s)
+        # the pool stops an instance whose call failed, maybe before _poll saw it exit
+        if not counted and (exited_before or state.get("OOMKilled")):
+            self._count(run.instance.spec.name, self.failure_reason(state))
+        self.meter.stop(instance_id)
+        log.info("stopped %s", instance_id)
+
+    def _poll(self, force: bool = False) -> None:
+        """Mark instances whose container exited as failed (and stop billing
+        them); one engine call for all of them, at most every 0.2 s."""
+        now = time.monotonic()
+        with self._lock:
+            live = {
+                r.container_id: iid
+                for iid, r in self._running.items()
+                if r.instance.state not in ("stopped", "failed")
+            }
+            if not live or (not force and now - self._last_poll < 0.2):
+                return
+            self._last_poll = now
+        try:
+            exited = self.client.api.containers(
+                all=True,
+                filters={"label": f"{LABEL}.owner={self.owner}", "status": ["exited", "dead"]},
+            )
+        except Exception as exc:
+            log.debug("polling containers failed: %s", exc)
+            return
+        for row in exited:
+            iid = live.get(row["Id"])
+            if iid is None:
+                continue
+            try:
+                state = self.client.api.inspect_container(row["Id"]).get("State") or {}
+            except Exception:
+                state = {}
+            with self._lock:
+                run = self._running.get(iid)
+                if run is None or run.instance.state in ("stopped", "failed"):
+                    continue
+                run.instance.state = "failed"
+            reason = self.failure_reason(state)
+            self._count(run.instance.spec.name, reason)
+            log.warning("instance %s failed (%s)", iid, reason)
+            self.meter.stop(iid)
+
+    # -- queries ------------------------------------------------------------------------
+    def instances(self, name: str | None = None) -> list[Instance]:
+        self._poll()
+        with self._lock:
+            return [
+                replace(r.instance)
+                for r in self._running.values()
+                if name is None or r.instance.spec.name == name
+            ]
+
+    def container_id(self, instance_id: str) -> str:
+        """The container of an instance (tests and tools inspect or kill it)."""
+        with self._lock:
+            run = self._running.get(instance_id)
+            if run is None:
+                raise NotFound(f"no instance {instance_id!r}")
+            return run.container_id
+
+    def failure_counts(self) -> dict[tuple[str, str], int]:
+        """``{(function, reason): count}`` of instances that failed."""
+        self._poll()
+        with self._lock:
+            return dict(self._failures)
+
+    @contextlib.contextmanager
+    def busy(self, instance_id: str) -> Iterator[Instance]:
+        with self._lock:
+            run = self._running.get(instance_id)
+            if run is None:
+                raise NotFound(f"no instance {instance_id!r}")
+            if not run.instance.available:
+                raise Unavailable(f"instance {instance_id} is {run.instance.state}")
+            run.calls += 1
+            run.instance.state = "busy"
+            snapshot = replace(run.instance)
+        self.meter.busy_begin(instance_id)
+        try:
+            yield snapshot
+        finally:
+            with self._lock:
+                run.calls -= 1
+                run.instance.last_used = self.clock.now()
+                if run.calls == 0 and run.instance.state == "busy":
+                    run.instance.state = "ready"
+            self.meter.busy_end(instance_id)
+
+    def reap(self) -> list[str]:
+        self._poll(force=True)
+        now = self.clock.now()
+        with self._lock:
+            failed = [i for i, r in self._running.items() if r.instance.state == "failed"]
+            idle = [
+                i
+                for i, r in self._running.items()
+                if r.instance.state == "ready"
+                and r.calls == 0
+                and now - r.instance.last_used > r.instance.spec.keep_alive_s
+            ]
+            gone = [(iid, self._running.pop(iid)) for iid in failed]
+            to_stop = [(iid, self._running.pop(iid)) for iid in idle]
+            for _, run in to_stop:
+                run.instance.state = "stopped"
+        for _, run in gone:
+            self._remove(run.container_id, grace=0.0)
+        for iid, run in to_stop:
+            log.info("%s idle past its keep-alive: scaling it in", iid)
+            self._finish(iid, run, counted=True)
+        return failed + idle
+
+    def _reap_loop(self, interval: float) -> None:
+        while not self._stop_reaper.wait(interval):
+            try:
+                self.reap()
+            except Exception:  # never let the reaper die silently
+                log.exception("reaper failed")
+
+    def metering(self, start: float | None = None, end: float | None = None) -> MeteringReport:
+        self._poll()
+        return self.meter.report(start, end)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._stop_reaper.set()
+        if self._reaper is not None and self._reaper is not threading.current_thread():
+            self._reaper.join(timeout=10)
+        with self._lock:
+            runs = list(self._running.items())
+            self._running.clear()
+        # every container at once: shutdown takes one grace period, not n
+        if runs:
+            with ThreadPoolExecutor(max_workers=min(16, len(runs))) as pool:
+                list(pool.map(lambda r: self._remove(r[1].container_id, self.stop_grace_s), runs))
+        for iid, _ in runs:
+            self.meter.stop(iid)
+        # anything of ours the table lost track of (a launch cut short)
+        with contextlib.suppress(Exception):
+            for c in self.client.containers.list(
+                all=True, filters={"label": f"{LABEL}.owner={self.owner}"}
+            ):
+                c.remove(force=True)
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.shutdown)
+        with contextlib.suppress(Exception):
+            self.client.close()
+
+
+def preflight(settings) -> None:
+    """What ``gnn-faas up --platform docker`` checks before anything starts: the
+    engine of ``settings`` (:class:`~gnn_faas.config.DockerSettings`) answers
+    and holds both function images. Raises a
+    :class:`~gnn_faas.errors.GnnFaasError` naming the cause."""
+    docker = _docker()
+    where = settings.host or os.environ.get("DOCKER_HOST") or "the default socket"
+    try:
+        client = (
+            docker.DockerClient(base_url=settings.host, timeout=10)
+            if settings.host
+            else docker.from_env(timeout=10)
+        )
+        client.ping()
+    except Exception as exc:
+        raise Unavailable(
+            f"no Docker engine answers at {where} ({type(exc).__name__}: {exc}); start one "
+            "(`make images` starts one under build/docker) or set DOCKER_HOST"
+        ) from None
+    try:
+        missing = []
+        for image in dict.fromkeys((settings.memory_image, settings.compute_image)):
+            try:
+                client.images.get(image)
+            except docker.errors.ImageNotFound:
+                missing.append(image)
+        if missing:
+            raise NotFound(
+                f"image(s) {', '.join(missing)} not found in the Docker engine at {where}; "
+                "build them with `make images`"
+            )
+    finally:
+        client.close()
+
+
+def check_mounts(serving) -> None:
+    """The store (``file://``) and every model's checkpoint, which the containers
+    bind-mount, are readable by the containers' user."""
+    store = serving.store
+    if store.startswith("file://"):
+        path = Path(store[len("file://") :].split("?", 1)[0]).resolve()
+        check_readable(str(path), "the store")
+    for m in serving.models:
+        ckpt = Path(serving.checkpoint_dir(m)).resolve()
+        check_readable(str(ckpt), f"model {m.name!r}'s checkpoint")
