@@ -213,6 +213,12 @@ def build_openapi(models: list[str], limits: LimitsConfig | None = None) -> dict
                 "responses": {"200": _json(ready, "ready"), "503": _json(ready, "not ready")},
             }
         },
+        "/_/health": {
+            "get": {
+                "summary": "readiness on OpenFaaS's default probe path (same as /v2/health/ready)",
+                "responses": {"200": _json(ready, "ready"), "503": _json(ready, "not ready")},
+            }
+        },
         "/v2": {
             "get": {
                 "summary": "server metadata",
