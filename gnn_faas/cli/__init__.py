@@ -28,6 +28,8 @@ COMMAND_MODULES = [
     "gnn_faas.cli.up",
     "gnn_faas.cli.demo",
     "gnn_faas.cli.size",
+    "gnn_faas.cli.replay",
+    "gnn_faas.cli.simulate",
 ]
 
 
