@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 COMMANDS = ("azure2019", "azure2021", "twitter", "calibrate", "study")
@@ -33,6 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, help="run directory (calibrate: the JSON file)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--workers", type=int, default=min(os.cpu_count() or 1, 4),
+                   help="processes for gnn_faas's buffer pass (default: CPUs, at most 4)")  # fmt: skip
     c = p.add_argument_group("calibrate")
     c.add_argument("--memory-mb", type=int, default=256)
     c.add_argument("--compute-mb", type=int, default=512)

@@ -17,7 +17,8 @@ Three launch rules:
 - ``fleet`` (serverful): the number of instances follows ``plan`` (one target
   per ``interval_s``), instances launched at a boundary are ready ``cold_s``
   later, surplus ones stop once they finish their work; an invocation waits
-  for the earliest free instance (one FIFO queue).
+  for the earliest free instance (one FIFO queue). The first plan's fleet is
+  warm at time 0.
 
 Idle instances stop after ``keep_alive_s`` (not in ``fleet`` mode). Results:
 per invocation start and end (and whether it waited for a cold start), per
@@ -106,7 +107,9 @@ def run_pool(
                 target = int(plan[min(k, plan.size - 1)])
                 while alive < target:
                     j = launch(boundary)
-                    push(busy, (boundary + cold_s, j))  # busy booting until ready
+                    # the first plan's fleet is up before the trace (always on);
+                    # later scale-ups boot for cold_s
+                    push(busy, (boundary + cold_s if k else boundary, j))
                 surplus = alive - target
                 while surplus > 0 and idle:  # idle instances go first
                     j = pop(idle)

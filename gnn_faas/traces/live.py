@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -106,15 +107,110 @@ def live_dollars(result: Any, status: dict, prices: dict, requests_n: int) -> di
     )  # fmt: skip
 
 
-def run_replay(trace_name: str, args: argparse.Namespace) -> dict:
+@dataclass
+class LiveRun:
+    """A finished live replay: the summary and what the run directory is made of."""
+
+    summary: dict
+    result: Any
+    samples: list[dict]
+    status: dict
+
+
+def replay_live(
+    url: str,
+    model: str,
+    arrivals: np.ndarray,
+    targets: np.ndarray,
+    *,
+    slo_s: float,
+    prices: dict,
+    duration_s: float,
+    senders: int = 64,
+    timeout_s: float = 30.0,
+    progress: bool = False,
+) -> LiveRun:
+    """Replay open loop with the status sampler; metering over the replay."""
     import requests
 
-    from gnn_faas.traces import plots
-    from gnn_faas.traces.cost import load_prices
     from gnn_faas.traces.replay import StatusSampler, replay
+
+    url = url.rstrip("/")
+    t_start = time.monotonic()
+    with StatusSampler(url, t_start) as sampler:
+        result = replay(url, model, arrivals, targets, max_senders=senders,
+                        timeout_s=timeout_s, progress=progress)  # fmt: skip
+        time.sleep(1.0)  # one more sample after the last answer
+    # metering from the first send to the last answer
+    w0 = result.start_monotonic
+    last = np.nanmax(result.send + result.latency) if len(arrivals) else 0.0
+    status = requests.get(f"{url}/v1/status", params={"window_start": w0,
+                          "window_end": w0 + float(last)}, timeout=30).json()  # fmt: skip
+    metering = status["metering"]["total"]
+    n = int(len(arrivals))
+    ok = result.status == 200
+    lat = result.latency[ok]
+    q = np.percentile(lat, [50, 99]) * 1e3 if lat.size else np.zeros(2)
+    summary = {
+        "model": model,
+        "url": url,
+        "requests": n,
+        "ok": int(ok.sum()),
+        "errors": int(n - ok.sum()),
+        "duration_s": float(duration_s),
+        "slo_s": slo_s,
+        "p50_ms": float(q[0]),
+        "p99_ms": float(q[1]),
+        "mean_ms": float(lat.mean() * 1e3) if lat.size else 0.0,
+        "slo_violations": int((lat > slo_s).sum() + (n - ok.sum())),
+        "gb_s": float(metering["allocated_gb_s"]),
+        "busy_gb_s": float(metering.get("busy_gb_s", 0.0)),
+        "vcpu_s": float(metering["vcpu_s"]),
+        "gb_s_per_request": float(metering["allocated_gb_s"]) / max(n, 1),
+        "cold_starts": int(metering.get("cold_starts", 0)),
+        "mean_sharing_degree": float(np.nanmean(result.sharing)) if ok.any() else 0.0,
+        "max_send_lag_s": float(np.nanmax(result.send - result.arrival)) if n else 0.0,
+        "dollars": live_dollars(result, status, prices, n),
+        "error_examples": result.error_messages[:3],
+    }
+    return LiveRun(summary, result, sampler.samples, status)
+
+
+def write_live(out: Path, run: LiveRun, duration_s: float, sim_runs: dict | None = None) -> None:
+    """``requests.csv``, ``timeline.csv``, ``summary.json`` and the plots."""
+    from gnn_faas.traces import plots
+    from gnn_faas.traces.rundir import write_requests, write_timeline
+
+    result, summary = run.result, run.summary
+    out.mkdir(parents=True, exist_ok=True)
+    end = np.nanmax(result.send + result.latency) if result.send.size else 0.0
+    seconds = max(int(np.ceil(max(duration_s, end))), 1)
+    tl = timeline_from(result, run.samples, seconds)
+    write_timeline(out / "timeline.csv", tl)
+    write_requests(
+        out / "requests.csv",
+        {"arrival_s": result.arrival, "send_s": result.send, "latency_s": result.latency,
+         "status": result.status, "buffer_wait_s": result.buffer_wait,
+         "sharing_degree": result.sharing, "execution": np.asarray(result.execution),
+         "cold_start": cold_flags(result, run.samples).astype(int)},
+    )  # fmt: skip
+    ok = result.status == 200
+    latencies = {"live": result.latency[ok]}
+    costs = {"live": summary["dollars"]}
+    for name, r in (sim_runs or {}).items():
+        latencies[f"sim {name}"] = r.latency[~r.dropped]
+        costs[f"sim {name}"] = summary["simulated"]["policies"][name]["dollars"]
+    plots.latency_cdf(out / "latency_cdf.png", latencies, summary["slo_s"])
+    plots.rate_and_instances(out / "rate_instances.png", {"live": tl})
+    plots.memory_over_time(out / "memory.png", {"live": tl})
+    plots.cost_per_policy(out / "cost.png", costs)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+
+
+def run_replay(trace_name: str, args: argparse.Namespace) -> dict:
+    from gnn_faas.traces.cost import load_prices
     from gnn_faas.traces.request_stream import map_targets, request_order
     from gnn_faas.traces.run import open_prepared_graph
-    from gnn_faas.traces.rundir import write_requests, write_timeline
     from gnn_faas.traces.sources import load_trace
 
     url = args.url.rstrip("/")
@@ -129,75 +225,17 @@ def run_replay(trace_name: str, args: argparse.Namespace) -> dict:
         raise InvalidRequest(f"graph {graph_name!r} in the store differs from the served one")
     targets = map_targets(request_order(graph), trace.requests)
     prices = load_prices(args.prices)
-    t_start = time.monotonic()
-    with StatusSampler(url, t_start) as sampler:
-        result = replay(url, args.model, trace.arrivals, targets, max_senders=args.senders,
-                        timeout_s=args.timeout, progress=not args.no_progress)  # fmt: skip
-        time.sleep(1.0)  # one more sample after the last answer
-    t_end = time.monotonic()
-    status = requests.get(f"{url}/v1/status", params={"window_start": t_start,
-                          "window_end": t_end}, timeout=30).json()  # fmt: skip
-    metering = status["metering"]["total"]
-    n = trace.requests
-    ok = result.status == 200
-    lat = result.latency[ok]
-    q = np.percentile(lat, [50, 99]) * 1e3 if lat.size else np.zeros(2)
-    summary: dict[str, Any] = {
-        "trace": trace_name,
-        "model": args.model,
-        "graph": graph_name,
-        "mode": mode,
-        "url": url,
-        "requests": n,
-        "ok": int(ok.sum()),
-        "errors": int(n - ok.sum()),
-        "duration_s": trace.duration_s,
-        "slo_s": slo,
-        "p50_ms": float(q[0]),
-        "p99_ms": float(q[1]),
-        "mean_ms": float(lat.mean() * 1e3) if lat.size else 0.0,
-        "slo_violations": int((lat > slo).sum() + (n - ok.sum())),
-        "gb_s": float(metering["allocated_gb_s"]),
-        "busy_gb_s": float(metering.get("busy_gb_s", 0.0)),
-        "vcpu_s": float(metering["vcpu_s"]),
-        "gb_s_per_request": float(metering["allocated_gb_s"]) / max(n, 1),
-        "cold_starts": int(metering.get("cold_starts", 0)),
-        "mean_sharing_degree": float(np.nanmean(result.sharing)) if ok.any() else 0.0,
-        "max_send_lag_s": float(np.nanmax(result.send - result.arrival)) if n else 0.0,
-        "dollars": live_dollars(result, status, prices, n),
-        "error_examples": result.error_messages[:3],
-    }
-    runs: dict = {}
+    run = replay_live(url, args.model, trace.arrivals, targets, slo_s=slo, prices=prices,
+                      duration_s=trace.duration_s, senders=args.senders,
+                      timeout_s=args.timeout, progress=not args.no_progress)  # fmt: skip
+    run.summary.update(trace=trace_name, graph=graph_name, mode=mode)
+    sim_runs: dict = {}
     if args.predict:
-        summary["simulated"], runs = predict(trace, graph, args, slo, prices, mode)
-    out = Path(args.out) if args.out else None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        seconds = max(
-            int(np.ceil(max(trace.duration_s, np.nanmax(result.send + result.latency)))), 1
-        )
-        tl = timeline_from(result, sampler.samples, seconds)
-        write_timeline(out / "timeline.csv", tl)
-        write_requests(
-            out / "requests.csv",
-            {"arrival_s": result.arrival, "send_s": result.send, "latency_s": result.latency,
-             "status": result.status, "buffer_wait_s": result.buffer_wait,
-             "sharing_degree": result.sharing, "execution": np.asarray(result.execution),
-             "cold_start": cold_flags(result, sampler.samples).astype(int)},
-        )  # fmt: skip
-        latencies = {"live": lat}
-        timelines = {"live": tl}
-        costs = {"live": summary["dollars"]}
-        for name, r in runs.items():
-            latencies[f"sim {name}"] = r.latency[~r.dropped]
-            costs[f"sim {name}"] = summary["simulated"]["policies"][name]["dollars"]
-        plots.latency_cdf(out / "latency_cdf.png", latencies, slo)
-        plots.rate_and_instances(out / "rate_instances.png", timelines)
-        plots.memory_over_time(out / "memory.png", timelines)
-        plots.cost_per_policy(out / "cost.png", costs)
-        (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
-        summary["out"] = str(out)
-    return summary
+        run.summary["simulated"], sim_runs = predict(trace, graph, args, slo, prices, mode)
+    if args.out:
+        write_live(Path(args.out), run, trace.duration_s, sim_runs)
+        run.summary["out"] = str(args.out)
+    return run.summary
 
 
 def predict(trace, graph, args, slo, prices, mode) -> tuple[dict, dict]:

@@ -75,6 +75,8 @@ def rate_and_instances(path: Path, timelines: dict[str, dict[str, np.ndarray]]) 
         total = np.sum(list(inst.values()), axis=0)
         ax2.plot(np.arange(total.size) / 60.0, _smooth(total, w), label=f"{name} instances")
     ax2.set_ylabel("instances")
+    if ax2.get_ylim()[1] > 50:  # one policy's hundreds would flatten the others
+        ax2.set_yscale("symlog", linthresh=5)
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=8)

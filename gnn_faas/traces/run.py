@@ -32,6 +32,7 @@ def setup_simulation(
     slo_s: float | None = None,
     policy_cls: Any = None,
     buffer_settings: Any = None,
+    workers: int = 1,
 ) -> Any:
     """The policies' shared setup: the stream with k-hop sets and the gateway's
     buffer configuration and timeout configurator for the graph."""
@@ -56,6 +57,7 @@ def setup_simulation(
         buffer_config=bcfg,
         configurator=configurator,
         policy_cls=policy_cls or LoadAwarePolicy,
+        workers=max(1, int(workers)),
     )
 
 
@@ -88,7 +90,7 @@ def simulate_trace(trace_name: str, args: argparse.Namespace) -> dict:
     )
     trace = load_trace(trace_name, args)
     graph, _ = open_prepared_graph(args.graph, args.store)
-    setup = setup_simulation(trace, graph, cal, args.slo)
+    setup = setup_simulation(trace, graph, cal, args.slo, workers=args.workers)
     update, close = progress_bar(trace.requests, not args.no_progress and not args.json, "gnn_faas")
     runs = simulate(setup, policies, update)
     close()

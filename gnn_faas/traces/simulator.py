@@ -348,6 +348,7 @@ class SimulationSetup:
     configurator: Any
     timeout_s: float = 30.0
     policy_cls: type[LoadAwarePolicy] = LoadAwarePolicy
+    workers: int = 1  # processes for the gnn_faas buffer pass
 
 
 def _finish(
@@ -391,17 +392,104 @@ def _finish(
     )
 
 
+@dataclass(frozen=True)
+class BufferPass:
+    """Per request: when its buffer closed, which execution (buffer) it is in,
+    that buffer's union size and sharing degree; plus the pool's close reasons."""
+
+    close: np.ndarray
+    execution: np.ndarray
+    union: np.ndarray
+    sharing: np.ndarray
+    reasons: dict[str, int]
+
+
+def buffer_pass(stream: RequestStream, config: BufferConfig, configurator: Any,
+                num_nodes: int, progress=None) -> BufferPass:  # fmt: skip
+    close, exec_of, closed, state = run_buffers(stream, config, configurator, num_nodes, progress)
+    union = np.fromiter((cb.union_size for cb in closed), np.int64, len(closed))
+    sharing = np.fromiter((cb.sharing_degree for cb in closed), float, len(closed))
+    return BufferPass(close, exec_of, union[exec_of], sharing[exec_of],
+                      dict(state.stats()["close_reasons"]))  # fmt: skip
+
+
+def parallel_buffer_pass(
+    stream: RequestStream,
+    config: BufferConfig,
+    configurator: Any,
+    num_nodes: int,
+    workers: int,
+    progress=None,
+    lead_s: float = 5.0,
+    min_requests: int = 50_000,
+) -> BufferPass:
+    """:func:`buffer_pass` over ``workers`` consecutive slices of the stream in
+    forked processes (the gateway's code is Python per request; a day of
+    arrivals needs more than one core). Each slice after the first replays the
+    ``lead_s`` seconds before it first (not recorded), so its buffers, arrival
+    rate and timeout decisions start from the state the serial run has there
+    (a buffer lives at most ``Tmax``, a fraction of a second). Results come back
+    through shared memory as raw arrays (no pickle)."""
+    import mmap
+    import os
+
+    n = len(stream)
+    if workers <= 1 or n < min_requests or not hasattr(os, "fork"):
+        return buffer_pass(stream, config, configurator, num_nodes, progress)
+    shm = mmap.mmap(-1, n * 32)
+    close = np.frombuffer(shm, np.float64, n, 0)
+    execution = np.frombuffer(shm, np.int64, n, 8 * n)
+    union = np.frombuffer(shm, np.int64, n, 16 * n)
+    sharing = np.frombuffer(shm, np.float64, n, 24 * n)
+    bounds = np.linspace(0, n, workers + 1).astype(np.int64)
+    arr = stream.arrivals
+    pids = []
+    for w in range(workers):
+        lo, hi = int(bounds[w]), int(bounds[w + 1])
+        first = int(np.searchsorted(arr, arr[lo] - lead_s)) if w else lo
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child
+            code = 1
+            try:
+                sub = RequestStream(arr[first:hi], stream.targets[first:hi],
+                                    stream.set_index[first:hi], stream.sets)  # fmt: skip
+                report = None
+                if progress is not None and w == 0:
+
+                    def report(i):  # noqa: E306 - progress of the first slice, scaled
+                        progress(i * workers)
+
+                bp = buffer_pass(sub, config, configurator, num_nodes, report)
+                k = slice(lo - first, hi - first)
+                close[lo:hi] = bp.close[k]
+                execution[lo:hi] = bp.execution[k] + (w << 40)
+                union[lo:hi] = bp.union[k]
+                sharing[lo:hi] = bp.sharing[k]
+                code = 0
+            finally:
+                os._exit(code)
+        pids.append(pid)
+    failed = [pid for pid in pids if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0]
+    if failed:
+        raise RuntimeError(f"{len(failed)} simulation worker(s) failed")
+    out = BufferPass(close.copy(), execution.copy(), union.copy(), sharing.copy(), {})
+    del close, execution, union, sharing
+    shm.close()
+    return out
+
+
 def simulate_gnn_faas(setup: SimulationSetup, progress=None) -> PolicyRun:
     cal, s = setup.calibration, setup.stream
-    close, exec_of, closed, state = run_buffers(
-        s, setup.buffer_config, setup.configurator, setup.num_nodes, progress
-    )
-    ready = np.fromiter((cb.closed_at for cb in closed), float, len(closed))
-    rows = np.fromiter((cb.union_size for cb in closed), np.int64, len(closed))
-    sharing_b = np.fromiter((cb.sharing_degree for cb in closed), float, len(closed))
+    bp = parallel_buffer_pass(s, setup.buffer_config, setup.configurator, setup.num_nodes,
+                              setup.workers, progress)  # fmt: skip
+    keys, first, exec_of = np.unique(bp.execution, return_index=True, return_inverse=True)
+    ready, rows = bp.close[first], bp.union[first]
+    order = np.argsort(ready, kind="stable")  # executions in close order
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
     pool = run_load_aware(
-        ready,
-        cal.exec_s(rows),
+        ready[order],
+        cal.exec_s(rows[order]),
         cold_s=cal.cold_start_s,
         keep_alive_s=cal.keep_alive_s,
         max_instances=cal.max_instances,
@@ -409,23 +497,23 @@ def simulate_gnn_faas(setup: SimulationSetup, progress=None) -> PolicyRun:
         policy_cls=setup.policy_cls,
         end_s=setup.duration_s,
     )
-    stats = state.stats()
     extra = {
-        "buffers": len(closed),
-        "requests_per_buffer": s.arrivals.size / max(len(closed), 1),
-        "buffer_close_reasons": stats["close_reasons"],
+        "buffers": int(keys.size),
+        "requests_per_buffer": s.arrivals.size / max(keys.size, 1),
+        "buffer_close_reasons": bp.reasons,
         "aggregated_rows_per_request": float(rows.sum() / max(s.arrivals.size, 1)),
+        "workers": setup.workers,
     }
     return _finish(
         "gnn_faas",
         setup,
         pool,
-        exec_of,
+        rank[exec_of],
         cal.pair_mb,
         cal.pair_vcpus,
         ((cal.memory_function_mb, cal.memory_vcpus), (cal.compute_function_mb, cal.compute_vcpus)),
-        buffer_wait=close - s.arrivals,
-        sharing=sharing_b[exec_of],
+        buffer_wait=bp.close - s.arrivals,
+        sharing=bp.sharing,
         extra=extra,
     )
 

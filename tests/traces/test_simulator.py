@@ -126,3 +126,20 @@ def test_empty_window_is_an_error(bitcoin_graph, calibration):
     empty = Trace("x", np.zeros(0), np.zeros(0, np.int32), ("f",), 10.0)
     with pytest.raises(InvalidRequest):
         simulate(setup_simulation(empty, bitcoin_graph, calibration), ["gnn_faas"])
+
+
+def test_parallel_buffer_pass_matches_serial(bitcoin_graph, calibration):
+    """Forked slices (each replaying the seconds before it) give the serial result."""
+    from gnn_faas.traces.simulator import buffer_pass, parallel_buffer_pass
+
+    day = twitter.load_day(seed=0)
+    s = setup_simulation(day.window(40_000.0, 240.0), bitcoin_graph, calibration)
+    args = (s.stream, s.buffer_config, s.configurator, s.num_nodes)
+    serial = buffer_pass(*args)
+    par = parallel_buffer_pass(*args, workers=2, min_requests=1)
+    assert len(np.unique(par.execution)) == pytest.approx(
+        len(np.unique(serial.execution)), rel=0.01
+    )
+    same = np.isclose(par.close, serial.close)
+    assert same.mean() > 0.99
+    np.testing.assert_allclose(par.union[same].mean(), serial.union[same].mean(), rtol=0.01)
