@@ -11,7 +11,9 @@ the deployment's function sizes and caps), then:
    execution (the gateway reports its ``execution`` id, ``buffer_wait_ms`` and
    ``latency_ms`` per request) it records the rows aggregated, the union of
    its requests' k-hop sets, and the seconds from the buffer's close to the
-   answers (latency minus buffer wait, median over its requests);
+   answers (latency minus buffer wait, median over its requests); then the
+   same for ``trace_s`` seconds of the busiest Azure 2019 function replayed at
+   its own rate (executions under load: contention is part of the figure);
 3. fits ``T(rows) = a + b·rows`` on those samples;
 4. times a full download of the graph's blobs from the store (what a
    DGL-serverless or serverful instance does at start-up).
@@ -85,6 +87,7 @@ def calibrate(
     keep_alive_s: float = 600.0,
     singles: int = 40,
     repeats: int = 3,
+    trace_s: float = 20.0,
     log=print,
 ) -> Calibration:
     import requests
@@ -150,6 +153,21 @@ def calibrate(
                     params = list(pool.map(lambda t: _post(session, stack.url, graph, t), ts))
                     samples += _executions(params, ts, sets)
                     time.sleep(0.3)
+        if trace_s > 0:
+            # executions under a real arrival pattern: the busiest Azure 2019
+            # function at its own rate, so contention is part of the measurement
+            from gnn_faas.traces import azure2019
+            from gnn_faas.traces.replay import replay
+            from gnn_faas.traces.request_stream import map_targets
+
+            tr = azure2019.load(rank=0, start_minute=60, minutes=1).window(0.0, trace_s)
+            tt = map_targets(order, tr.requests, offset=k)
+            extra_sets = khop_sets(g, np.unique(tt), layers)
+            res = replay(stack.url, graph, tr.arrivals, tt)
+            ok = [i for i in range(tr.requests) if res.status[i] == 200]
+            params = [{"execution": res.execution[i], "latency_ms": res.latency[i] * 1e3,
+                       "buffer_wait_ms": res.buffer_wait[i] * 1e3} for i in ok]  # fmt: skip
+            samples += _executions(params, [int(tt[i]) for i in ok], extra_sets)
         log(f"{len(samples)} executions measured")
     a, b = fit_linear(*np.asarray(samples).T)
     fetch_s, graph_mb = full_fetch_seconds(base.store, graph)

@@ -64,9 +64,21 @@ class Calibration:
     samples: tuple[tuple[int, float], ...] = ()
     meta: dict = field(default_factory=dict)
 
-    def exec_s(self, rows: np.ndarray | float) -> np.ndarray:
-        """``T(rows) = a + b·rows`` seconds."""
-        return self.exec_intercept_s + self.exec_per_row_s * np.asarray(rows, dtype=np.float64)
+    def exec_s(self, rows: np.ndarray | float, seed: int | None = None) -> np.ndarray:
+        """``T(rows) = a + b·rows`` seconds; with ``seed``, each one times a ratio
+        drawn from the measured samples' ``seconds / T(rows)`` (so simulated
+        executions vary as the measured ones did, tails included)."""
+        t = self.exec_intercept_s + self.exec_per_row_s * np.asarray(rows, dtype=np.float64)
+        if seed is None or not self.samples:
+            return t
+        ratios = self.residual_ratios()
+        draw = np.random.default_rng(seed).integers(0, ratios.size, np.shape(t))
+        return t * ratios[draw]
+
+    def residual_ratios(self) -> np.ndarray:
+        r, secs = np.asarray(self.samples, dtype=np.float64).T
+        fit = self.exec_intercept_s + self.exec_per_row_s * r
+        return secs / np.maximum(fit, 1e-9)
 
     @property
     def cold_start_s(self) -> float:

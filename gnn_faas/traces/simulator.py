@@ -3,7 +3,8 @@
 Every policy runs on the same :class:`~gnn_faas.traces.request_stream.RequestStream`
 (arrivals mapped onto the graph's real request order, k-hop sets computed
 once per vertex) and the same measured :class:`~gnn_faas.traces.calibration.Calibration`
-(service time ``T(rows)``, cold starts, memory sizes). Policies:
+(service time ``T(rows)`` times a seeded draw of the measured samples' ratio to
+the fit, cold starts, memory sizes). Policies:
 
 - ``gnn_faas``: the gateway's own policy code on a simulated clock: requests
   go through :class:`~gnn_faas.gateway.buffer_pool.BufferPoolState` (the
@@ -349,6 +350,7 @@ class SimulationSetup:
     timeout_s: float = 30.0
     policy_cls: type[LoadAwarePolicy] = LoadAwarePolicy
     workers: int = 1  # processes for the gnn_faas buffer pass
+    seed: int | None = 0  # draws of measured service-time variation (None: the fit alone)
 
 
 def _finish(
@@ -489,7 +491,7 @@ def simulate_gnn_faas(setup: SimulationSetup, progress=None) -> PolicyRun:
     rank[order] = np.arange(order.size)
     pool = run_load_aware(
         ready[order],
-        cal.exec_s(rows[order]),
+        cal.exec_s(rows[order], seed=setup.seed),
         cold_s=cal.cold_start_s,
         keep_alive_s=cal.keep_alive_s,
         max_instances=cal.max_instances,
@@ -522,7 +524,7 @@ def _per_request(setup: SimulationSetup, mode: str, cold_s: float, **kw) -> Pool
     cal = setup.calibration
     return run_pool(
         setup.stream.arrivals,
-        cal.exec_s(setup.stream.sizes),
+        cal.exec_s(setup.stream.sizes, seed=setup.seed),
         mode=mode,
         cold_s=cold_s,
         keep_alive_s=cal.keep_alive_s,
@@ -577,7 +579,7 @@ def serverful_plan(arrivals: np.ndarray, service: np.ndarray, duration_s: float)
 
 def simulate_serverful(setup: SimulationSetup, progress=None) -> PolicyRun:
     cal = setup.calibration
-    service = cal.exec_s(setup.stream.sizes)
+    service = cal.exec_s(setup.stream.sizes, seed=setup.seed)
     plan = serverful_plan(setup.stream.arrivals, service, setup.duration_s)
     pool = run_pool(
         setup.stream.arrivals,
