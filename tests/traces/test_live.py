@@ -16,7 +16,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from gnn_faas.bench.stack import Stack
 from gnn_faas.functions.checkpoint import save_checkpoint
