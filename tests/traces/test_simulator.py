@@ -143,3 +143,18 @@ def test_parallel_buffer_pass_matches_serial(bitcoin_graph, calibration):
     same = np.isclose(par.close, serial.close)
     assert same.mean() > 0.99
     np.testing.assert_allclose(par.union[same].mean(), serial.union[same].mean(), rtol=0.01)
+
+
+def test_all_policies_with_forked_gnn_faas(setup, runs, monkeypatch):
+    """gnn_faas's forked buffer pass overlaps the other policies; results equal
+    the serial run's for every policy (one slice boundary aside)."""
+    from gnn_faas.traces import simulator
+
+    monkeypatch.setattr(simulator, "PARALLEL_MIN_REQUESTS", 1)
+    par = simulate(dataclasses.replace(setup, workers=2), POLICIES)
+    assert list(par) == list(POLICIES)
+    for name in POLICIES[1:]:
+        np.testing.assert_array_equal(par[name].done, runs[name].done)
+    g, s = par["gnn_faas"], runs["gnn_faas"]
+    assert np.isclose(g.buffer_wait, s.buffer_wait).mean() > 0.97
+    assert g.gb_s == pytest.approx(s.gb_s, rel=0.05)
