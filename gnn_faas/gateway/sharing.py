@@ -104,11 +104,15 @@ class SharingIndex:
     def add(self, slot: int, vertex_set: np.ndarray) -> int:
         """Add a request's (unique) vertex set to a slot; returns the new vertices."""
         col = self.counts[:, slot]
-        new = int(np.count_nonzero(col[vertex_set] == 0))
+        if self.mask is not None:  # the bitmask already says which vertices are new
+            bit = np.uint8(1 << slot)
+            m = self.mask[vertex_set]
+            new = int(vertex_set.size - np.count_nonzero(m & bit))
+            self.mask[vertex_set] = m | bit
+        else:
+            new = int(np.count_nonzero(col[vertex_set] == 0))
         col[vertex_set] += 1
         self.sizes[slot] += new
-        if self.mask is not None:
-            self.mask[vertex_set] |= np.uint8(1 << slot)
         return new
 
     def remove(self, slot: int, vertex_set: np.ndarray) -> int:
