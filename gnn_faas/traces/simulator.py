@@ -47,7 +47,7 @@ from gnn_faas.clock import FakeClock
 from gnn_faas.errors import InvalidRequest
 from gnn_faas.gateway.buffer import PendingRequest
 from gnn_faas.gateway.buffer_pool import BufferConfig, BufferPoolState
-from gnn_faas.gateway.load_aware_queue import IDLE, Launch, LoadAwarePolicy, Run
+from gnn_faas.gateway.load_aware_queue import IDLE, LoadAwarePolicy, Run
 from gnn_faas.traces.calibration import Calibration
 from gnn_faas.traces.cost import Price, dollars
 from gnn_faas.traces.instance_pool import PoolRun, run_pool
@@ -262,71 +262,69 @@ def run_load_aware(
     clock = FakeClock(0.0)
     policy = policy_cls(max_instances, clock=clock, name="pair")
     n = int(ready.size)
-    start = np.zeros(n)
-    end = np.zeros(n)
     cold = np.zeros(n, dtype=bool)
     spawn: dict[Any, float] = {}
     warm_at: dict[Any, float] = {}
     stop: dict[Any, float] = {}
-    events: list = []  # (time, seq, kind, instance, token)
+    events: list = []  # (time, seq, kind: 0 ready / 1 finished, instance)
     seq = 0
     ready_l = ready.tolist()
     service_l = service.tolist()
 
+    start_l = [0.0] * n
+    end_l = [0.0] * n
+
     def act(actions: list, now: float) -> None:
         nonlocal seq
         for a in actions:
-            if isinstance(a, Launch):
-                spawn[a.instance] = now
-                heapq.heappush(events, (now + cold_s, seq, 0, a.instance, 0.0))
-            elif isinstance(a, Run):
+            if type(a) is Run:
                 i = a.item
-                start[i] = now
-                end[i] = now + service_l[i]
+                start_l[i] = now
+                end_l[i] = e = now + service_l[i]
                 cold[i] = spawn[a.instance] >= ready_l[i] and now == warm_at.get(a.instance)
-                heapq.heappush(events, (end[i], seq, 1, a.instance, 0.0))
+                heapq.heappush(events, (e, seq, 1, a.instance))
+            else:  # Launch
+                spawn[a.instance] = now
+                heapq.heappush(events, (now + cold_s, seq, 0, a.instance))
             seq += 1
 
-    def after(inst: Any, now: float) -> None:
-        nonlocal seq
-        s = policy.instances.get(inst)
-        if s is not None and s.state == IDLE:
-            heapq.heappush(events, (now + keep_alive_s, seq, 2, inst, now))
-            seq += 1
+    def expire(now: float) -> None:
+        """Idle instances past their keep-alive stop (checked lazily before each
+        submit: only a submit could have given them work)."""
+        for inst, s in list(policy.instances.items()):
+            if s.state == IDLE and s.since + keep_alive_s <= now and policy.remove(inst):
+                stop[inst] = s.since + keep_alive_s
 
     for _ in range(min_instances):
         launch = policy.launch()
         spawn[launch.instance] = warm_at[launch.instance] = 0.0
         policy.ready(launch.instance)
-        after(launch.instance, 0.0)
 
     def run_events(until: float) -> None:
         while events and events[0][0] <= until:
-            t, _, kind, inst, token = heapq.heappop(events)
+            t, _, kind, inst = heapq.heappop(events)
             clock.set(t)
             if kind == 0:
                 warm_at[inst] = t
                 act(policy.ready(inst), t)
-            elif kind == 1:
-                act(policy.finished(inst), t)
             else:
-                s = policy.instances.get(inst)
-                if s is not None and s.state == IDLE and s.since == token and policy.remove(inst):
-                    stop[inst] = t
-                continue
-            after(inst, t)
+                act(policy.finished(inst), t)
 
     for i in range(n):
         a = ready_l[i]
         run_events(a)
         clock.set(a)
+        expire(a)
         act(policy.submit(i), a)
-    horizon = max(end_s, float(end.max(initial=0.0)))
+    horizon = max(end_s, max(end_l, default=0.0))
     run_events(horizon)
+    expire(horizon)
     for inst in spawn:  # still alive at the end: keep-alive ends it or the run does
         if inst not in stop:
             s = policy.instances[inst]
             stop[inst] = min(s.since + keep_alive_s, horizon) if s.state == IDLE else horizon
+    start = np.asarray(start_l)
+    end = np.asarray(end_l)
     ids = list(spawn)
     return PoolRun(
         start,
