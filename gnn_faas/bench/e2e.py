@@ -13,14 +13,18 @@ local platform and function processes):
 - ``no_sharing``: buffers, but each request aggregated on its own.
 
 Instances are warmed before the stream (one of each function), and metering
-covers the first request to the last response.
+covers the first request to the last response. The replay itself is
+``gnn-faas replay``'s (:func:`gnn_faas.traces.live.replay_live`): open loop,
+bounded sender pool, status sampling; with ``--out DIR`` each mode's run
+directory (``requests.csv``, ``timeline.csv``, ``summary.json``, plots) is
+written under ``DIR/<mode>``.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import time
+from pathlib import Path
 
 import numpy as np
 
@@ -44,6 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compute-mb", type=int, default=512, help="compute function size")
     p.add_argument("--max-instances", type=int, default=4, help="per function (gnn_faas)")
     p.add_argument("--baseline-max-instances", type=int, default=8, help="request_centric cap")
+    p.add_argument("--out", default=None, help="write each mode's run directory under DIR/<mode>")
 
 
 def largest_request_mb(store: str, graph: str, targets: np.ndarray, layers: int, dim: int) -> int:
@@ -66,6 +71,8 @@ def run(args: argparse.Namespace) -> dict:
     from gnn_faas.cli.up import prepare
     from gnn_faas.config import ModelServingConfig, ServingConfig
     from gnn_faas.storage.format import open_graph
+    from gnn_faas.traces.cost import load_prices
+    from gnn_faas.traces.live import replay_live, write_live
     from gnn_faas.traces.replay import replay
     from gnn_faas.traces.twitter import arrivals
 
@@ -80,6 +87,7 @@ def run(args: argparse.Namespace) -> dict:
     )  # fmt: skip
     prepare(base)
     graph = open_graph(base.store, args.graph)
+    prices = load_prices()
     times = arrivals(args.rps, args.duration, seed=args.seed)
     order = graph.read_blob("request_order") if graph.has("request_order") else None
     if order is None or order.size == 0:
@@ -118,12 +126,14 @@ def run(args: argparse.Namespace) -> dict:
         with Stack(config) as stack:
             # a few requests outside the measured window warm caches and connections
             replay(stack.url, args.graph, np.linspace(0, 0.5, 5), targets[:5])
-            t_start = time.monotonic()
-            result = replay(stack.url, args.graph, times, targets)
-            t_end = time.monotonic()
-            status = stack.status(window_start=t_start, window_end=t_end)
-        metering = status["metering"]["total"]
+            run = replay_live(stack.url, args.graph, times, targets, slo_s=args.slo,
+                              prices=prices, duration_s=args.duration)  # fmt: skip
+        result = run.result
+        metering = run.status["metering"]["total"]
         summary = summarise(result, args.slo, metering)
+        summary["dollars"] = run.summary["dollars"]
+        if args.out:
+            write_live(Path(args.out) / name, run, args.duration)
         if rc:
             summary["memory_function_mb"] = baseline_mb
         if result.error_messages:

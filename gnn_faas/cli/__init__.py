@@ -31,6 +31,8 @@ COMMAND_MODULES = [
     "gnn_faas.cli.precompute",
     "gnn_faas.cli.chart_values",
     "gnn_faas.cli.deploy",
+    "gnn_faas.cli.replay",
+    "gnn_faas.cli.simulate",
 ]
 
 

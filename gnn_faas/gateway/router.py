@@ -45,32 +45,31 @@ class Router:
         """``(slot, S)`` for a request with vertex set ``vertex_set`` (sorted,
         unique); ``buffers[s]`` is the buffer open in slot ``s`` or ``None``.
         Returns ``(-1, 0.0)`` when no slot can take the request."""
-        n_slots = len(buffers)
-        is_open = np.fromiter((b is not None for b in buffers), bool, n_slots)
-        if not is_open.any():
+        # A handful of slots: plain Python over them beats a dozen small numpy
+        # calls (this runs once per request, also in the simulator's day-long replays).
+        open_slots = [i for i, b in enumerate(buffers) if b is not None]
+        if not open_slots:
             return 0, 0.0
-        overlap = self.index.overlaps(vertex_set)[:n_slots]
-        size = max(int(vertex_set.size), 1)
-        s = overlap / size
-        k = self.index.sizes[:n_slots]
-        n = np.fromiter(
-            (b.num_requests if b is not None else 0 for b in buffers), np.int64, n_slots
-        )
-        fits = is_open & (n < self.max_requests)
-        if self.max_vertices is not None:
+        overlap = self.index.overlaps(vertex_set).tolist()
+        sizes = self.index.sizes.tolist()
+        n_u = int(vertex_set.size)
+        size = max(n_u, 1)
+        best, best_key = -1, None
+        for i in open_slots:
+            if buffers[i].num_requests >= self.max_requests:
+                continue
             # A request bigger than the cap on its own still goes to a free slot.
-            fits &= k + (vertex_set.size - overlap) <= self.max_vertices
-        free = np.flatnonzero(~is_open)
-        best = -1
-        if fits.any():
-            cand = np.flatnonzero(fits)
-            # argmax S, ties to fewer vertices (lexsort: last key is primary).
-            order = np.lexsort((k[cand], -s[cand]))
-            best = int(cand[order[0]])
+            if self.max_vertices is not None and sizes[i] + n_u - overlap[i] > self.max_vertices:
+                continue
+            key = (-(overlap[i] / size), sizes[i])  # argmax S, ties to fewer vertices
+            if best_key is None or key < best_key:
+                best, best_key = i, key
         # The free slot is an empty buffer (S = 0, no vertices): it wins ties at
         # S = 0 and, with ``open_below``, any S not above that threshold.
-        if free.size and (best < 0 or s[best] <= self.open_below):
-            return int(free[0]), 0.0
+        free = next((i for i, b in enumerate(buffers) if b is None), -1)
+        s_best = overlap[best] / size if best >= 0 else 0.0
+        if free >= 0 and (best < 0 or s_best <= self.open_below):
+            return free, 0.0
         if best < 0:
             return -1, 0.0
-        return best, float(s[best])
+        return best, float(s_best)

@@ -80,11 +80,18 @@ class SharingIndex:
         dtype = np.uint16 if max_requests < 2**16 else np.int32
         self.counts = np.zeros((self.num_nodes, self.num_slots), dtype=dtype)
         self.sizes = np.zeros(self.num_slots, dtype=np.int64)
+        # Up to 8 slots: bit s of mask[v] says slot s holds v, so the overlaps of
+        # all slots are one byte gather and a 256-bin histogram (~8 µs against
+        # ~35 µs for the count gather at |U_r| ≈ 1,000, 4 slots).
+        self.mask = np.zeros(self.num_nodes, np.uint8) if self.num_slots <= 8 else None
+        self._bits = (np.arange(256)[:, None] >> np.arange(self.num_slots)) & 1
 
     def overlaps(self, vertex_set: np.ndarray) -> np.ndarray:
         """``|U_s ∩ U_r|`` for every slot (int64 ``[num_slots]``)."""
         if vertex_set.size == 0:
             return np.zeros(self.num_slots, np.int64)
+        if self.mask is not None:
+            return np.bincount(self.mask[vertex_set], minlength=256) @ self._bits
         rows = np.take(self.counts, vertex_set, axis=0)
         return np.count_nonzero(rows, axis=0).astype(np.int64)
 
@@ -97,7 +104,13 @@ class SharingIndex:
     def add(self, slot: int, vertex_set: np.ndarray) -> int:
         """Add a request's (unique) vertex set to a slot; returns the new vertices."""
         col = self.counts[:, slot]
-        new = int(np.count_nonzero(col[vertex_set] == 0))
+        if self.mask is not None:  # the bitmask already says which vertices are new
+            bit = np.uint8(1 << slot)
+            m = self.mask[vertex_set]
+            new = int(vertex_set.size - np.count_nonzero(m & bit))
+            self.mask[vertex_set] = m | bit
+        else:
+            new = int(np.count_nonzero(col[vertex_set] == 0))
         col[vertex_set] += 1
         self.sizes[slot] += new
         return new
@@ -108,13 +121,18 @@ class SharingIndex:
         if vertex_set.size and int(col[vertex_set].min()) == 0:
             raise ValueError(f"slot {slot} does not hold this vertex set")
         col[vertex_set] -= 1
-        gone = int(np.count_nonzero(col[vertex_set] == 0))
+        emptied = col[vertex_set] == 0
+        gone = int(np.count_nonzero(emptied))
         self.sizes[slot] -= gone
+        if self.mask is not None:
+            self.mask[vertex_set[emptied]] &= np.uint8(~(1 << slot) & 0xFF)
         return gone
 
     def clear(self, slot: int) -> None:
         self.counts[:, slot] = 0
         self.sizes[slot] = 0
+        if self.mask is not None:
+            self.mask &= np.uint8(~(1 << slot) & 0xFF)
 
     def union(self, slot: int) -> np.ndarray:
         """``U_s`` as a sorted int64 array."""
@@ -125,4 +143,6 @@ class SharingIndex:
         other.num_nodes, other.num_slots = self.num_nodes, self.num_slots
         other.counts = self.counts.copy()
         other.sizes = self.sizes.copy()
+        other.mask = self.mask.copy() if self.mask is not None else None
+        other._bits = self._bits
         return other

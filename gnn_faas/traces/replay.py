@@ -1,9 +1,14 @@
 """Open-loop replay of a request stream against a gateway over HTTP.
 
 Requests are sent at their arrival times whatever the previous ones are doing
-(an open loop, as real users behave), from a bounded pool of sender threads.
-Each result keeps the client-side latency and the parameters the gateway
-reported (sharing degree, aggregated rows, buffer wait).
+(an open loop, as real users behave), from a bounded pool of sender threads
+(at most ``max_senders`` requests in flight; when all are busy the next send
+is late, and its recorded ``send`` time shows by how much). Each request keeps
+its scheduled arrival, actual send time, client-side latency, HTTP status and
+what the gateway reported (buffer wait, sharing degree, execution id). A
+:class:`StatusSampler` polls ``/v1/status`` once a second for the timeline
+(instances per function, allocated and busy GB); a request "met a cold start"
+when an instance of its model was starting while it was in flight.
 """
 
 from __future__ import annotations
@@ -28,6 +33,15 @@ class ReplayResult:
     error_messages: list[str] = field(default_factory=list)
     first_sent: float = 0.0
     last_done: float = 0.0
+    # per request, in arrival order (seconds from the replay's start)
+    arrival: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    send: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    latency: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    status: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    buffer_wait: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    sharing: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    execution: list[str] = field(default_factory=list)
+    start_monotonic: float = 0.0
 
     def summary(self, slo_s: float) -> dict:
         lat = np.asarray(self.latencies_s) if self.latencies_s else np.zeros(1)
@@ -62,17 +76,34 @@ def replay(
     *,
     max_senders: int = 64,
     timeout_s: float = 30.0,
+    progress: bool = False,
 ) -> ReplayResult:
     """Send ``vertex_request(targets[i])`` at ``arrivals_s[i]`` seconds from now."""
-    result = ReplayResult()
+    n = len(arrivals_s)
+    result = ReplayResult(
+        arrival=np.asarray(arrivals_s, dtype=np.float64).copy(),
+        send=np.full(n, np.nan),
+        latency=np.full(n, np.nan),
+        status=np.zeros(n, np.int64),
+        buffer_wait=np.full(n, np.nan),
+        sharing=np.full(n, np.nan),
+        execution=[""] * n,
+    )
     lock = threading.Lock()
     session = requests.Session()
     adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=max_senders)
     session.mount("http://", adapter)
     endpoint = f"{url.rstrip('/')}/v2/models/{model}/infer"
+    slots = threading.BoundedSemaphore(max_senders)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=n, desc="replay", unit="req", leave=False)
 
     def send(i: int) -> None:
         t0 = time.perf_counter()
+        result.send[i] = t0 - start
         try:
             r = session.post(
                 endpoint,
@@ -81,29 +112,94 @@ def replay(
                 timeout=timeout_s,
             )
             dt = time.perf_counter() - t0
+            params = r.json().get("parameters", {}) if r.status_code == 200 else {}
             with lock:
+                result.latency[i] = dt
+                result.status[i] = r.status_code
                 result.last_done = max(result.last_done, time.time())
                 if r.status_code == 200:
                     result.ok += 1
                     result.latencies_s.append(dt)
-                    result.parameters.append(r.json().get("parameters", {}))
+                    result.parameters.append(params)
+                    result.buffer_wait[i] = params.get("buffer_wait_ms", np.nan) / 1e3
+                    result.sharing[i] = params.get("sharing_degree", 0.0)
+                    result.execution[i] = str(params.get("execution", ""))
                 else:
                     result.errors += 1
                     result.error_messages.append(f"{r.status_code}: {r.text[:200]}")
-        except requests.RequestException as exc:
+        except (requests.RequestException, ValueError) as exc:
             with lock:
                 result.errors += 1
+                result.latency[i] = time.perf_counter() - t0
                 result.error_messages.append(str(exc)[:200])
                 result.last_done = max(result.last_done, time.time())
+        finally:
+            slots.release()
+            if bar is not None:
+                bar.update(1)
 
     start = time.perf_counter()
+    result.start_monotonic = time.monotonic()
     result.first_sent = time.time()
     with ThreadPoolExecutor(max_workers=max_senders) as pool:
         for i, at in enumerate(arrivals_s):
             delay = start + float(at) - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
+            slots.acquire()  # bounded: never more than max_senders in flight
             pool.submit(send, i)
             result.sent += 1
     session.close()
+    if bar is not None:
+        bar.close()
     return result
+
+
+class StatusSampler:
+    """Polls ``/v1/status`` every ``interval_s`` in a thread: per sample the time
+    (seconds from ``origin``, a :func:`time.monotonic` value), instances per
+    function and state, allocated and busy GB."""
+
+    def __init__(self, url: str, origin: float, interval_s: float = 1.0):
+        self.url = url.rstrip("/")
+        self.origin = origin
+        self.interval_s = interval_s
+        self.samples: list[dict] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="status-sampler", daemon=True)
+
+    def __enter__(self) -> StatusSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        session = requests.Session()
+        while not self._stop.is_set():
+            t = time.monotonic() - self.origin
+            try:
+                st = session.get(f"{self.url}/v1/status", timeout=5).json()
+            except (requests.RequestException, ValueError):
+                st = None
+            if st is not None:
+                per_fn: dict[str, int] = {}
+                alloc = busy = 0.0
+                starting = 0
+                for inst in st.get("instances", []):
+                    if inst.get("state") in ("stopped", "failed"):
+                        continue
+                    name = inst["spec"]["name"]
+                    gb = inst["spec"]["memory_mb"] / 1024.0
+                    per_fn[name] = per_fn.get(name, 0) + 1
+                    alloc += gb
+                    busy += gb if inst.get("state") == "busy" else 0.0
+                    starting += inst.get("state") == "starting"
+                self.samples.append(
+                    {"t": t, "instances": per_fn, "allocated_gb": alloc, "busy_gb": busy,
+                     "starting": starting}
+                )  # fmt: skip
+            self._stop.wait(self.interval_s)
+        session.close()

@@ -1,10 +1,13 @@
 """Arrival times from the real Twitter trace (BATCH / λGrapher).
 
 ``twitter_may25_per_second.npz`` holds requests per second over one day
-(``count`` int32 [86400]). :func:`arrivals` takes the window of ``duration_s``
-seconds whose mean rate is highest, rescales its per-second counts so the
-mean rate is ``rps`` (keeping the trace's burstiness), and spreads each
-second's arrivals uniformly with a seeded generator.
+(``count`` int32 [86400]); :func:`load_day` spreads each second's count inside
+its second (:func:`gnn_faas.traces.trace.spread`). ``TW_may25_0-1.gz`` is the
+raw first hour, one inter-arrival time (seconds) per line; :func:`load_raw_hour`
+turns it into arrivals by a cumulative sum. :func:`arrivals` takes the window
+of ``duration_s`` seconds whose mean rate is highest, rescales its per-second
+counts so the mean rate is ``rps`` (keeping the trace's burstiness), and spreads
+each second's arrivals uniformly with a seeded generator.
 """
 
 from __future__ import annotations
@@ -15,18 +18,75 @@ import numpy as np
 
 from gnn_faas.errors import InvalidRequest, NotFound
 from gnn_faas.paths import shared_datasets_dir
+from gnn_faas.traces.trace import Trace, TraceFormatError, compress, open_lines, spread
 
 TRACE_FILE = "twitter_may25_per_second.npz"
+RAW_HOUR_FILE = "TW_may25_0-1.gz"
 
 
 def load_per_second(path: str | Path | None = None) -> np.ndarray:
     p = Path(path) if path else shared_datasets_dir() / TRACE_FILE
     if not p.is_file():
         raise NotFound(f"Twitter trace not found at {p} (pass --trace-file)")
-    with np.load(p, allow_pickle=False) as z:
-        if "count" not in z:
-            raise InvalidRequest(f"{p}: no 'count' array")
-        return z["count"].astype(np.int64)
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            if "count" not in z:
+                raise TraceFormatError(p, None, "no 'count' array")
+            counts = z["count"].astype(np.int64)
+    except (ValueError, OSError, EOFError) as exc:
+        raise TraceFormatError(p, None, f"not a readable .npz file ({exc})") from None
+    if counts.ndim != 1 or (counts.size and counts.min() < 0):
+        raise TraceFormatError(p, None, "'count' must be a 1-D array of counts >= 0")
+    return counts
+
+
+def load_day(
+    path: str | Path | None = None,
+    *,
+    spread_method: str = "uniform",
+    seed: int = 0,
+    speedup: float = 1.0,
+) -> Trace:
+    """The whole day (4,395,692 arrivals in the shared file), each second's
+    count spread inside its second."""
+    counts = load_per_second(path)
+    t = spread(counts, 1.0, spread_method, np.random.default_rng(seed))
+    return Trace(
+        name="twitter",
+        arrivals=compress(t, speedup),
+        function=np.zeros(t.size, np.int32),
+        functions=("twitter",),
+        duration_s=counts.size / speedup,
+        meta={"file": str(path or shared_datasets_dir() / TRACE_FILE), "seed": seed,
+              "spread": spread_method, "speedup": speedup},
+    )  # fmt: skip
+
+
+def load_raw_hour(path: str | Path | None = None, *, speedup: float = 1.0) -> Trace:
+    """The raw hour: arrival ``i`` at the sum of the first ``i`` inter-arrival times."""
+    p = Path(path) if path else shared_datasets_dir() / RAW_HOUR_FILE
+    gaps = []
+    for n, line in open_lines(p):
+        if not line.strip():
+            continue
+        try:
+            g = float(line)
+        except ValueError:
+            raise TraceFormatError(p, n, f"not an inter-arrival time: {line[:40]!r}") from None
+        if not g >= 0 or g == float("inf"):
+            raise TraceFormatError(p, n, "inter-arrival times must be finite and >= 0")
+        gaps.append(g)
+    if not gaps:
+        raise TraceFormatError(p, None, "no inter-arrival times")
+    t = np.cumsum(gaps) - gaps[0]
+    return Trace(
+        name="twitter-raw",
+        arrivals=compress(t, speedup),
+        function=np.zeros(t.size, np.int32),
+        functions=("twitter",),
+        duration_s=float(max(np.ceil(t[-1]), 1.0)) / speedup,
+        meta={"file": str(p), "speedup": speedup},
+    )
 
 
 def busiest_window(counts: np.ndarray, duration_s: int) -> int:

@@ -100,3 +100,28 @@ def test_as_vertex_set():
         with pytest.raises(InvalidRequest):
             as_vertex_set(bad, 10)
     assert union_sharing_degree(0, 0) == 0.0
+
+
+@pytest.mark.parametrize("num_slots", [3, 8, 12])
+def test_slot_mask_and_counts_agree(num_slots):
+    """Up to 8 slots overlaps come from the per-vertex slot bitmask, beyond
+    from the count gather: both must equal the counts after adds, removes and
+    clears."""
+    rng = np.random.default_rng(num_slots)
+    index = SharingIndex(300, num_slots)
+    held: list[list[np.ndarray]] = [[] for _ in range(num_slots)]
+    for step in range(200):
+        s = int(rng.integers(num_slots))
+        if step % 17 == 16:
+            index.clear(s)
+            held[s] = []
+        elif held[s] and rng.random() < 0.3:
+            index.remove(s, held[s].pop(int(rng.integers(len(held[s])))))
+        else:
+            u = np.unique(rng.integers(0, 300, int(rng.integers(1, 60))))
+            index.add(s, u)
+            held[s].append(u)
+        q = np.unique(rng.integers(0, 300, 40))
+        expect = np.count_nonzero(index.counts[q] > 0, axis=0)
+        np.testing.assert_array_equal(index.overlaps(q), expect)
+        np.testing.assert_array_equal(index.sizes, np.count_nonzero(index.counts, axis=0))

@@ -283,3 +283,14 @@ def test_bad_tree_files(tmp_path):
         DecisionTreeTimeoutConfigurator.from_json(json.dumps(bad_params))
     with pytest.raises(NotFound):
         DecisionTreeTimeoutConfigurator.load(tmp_path / "missing.json")
+
+
+def test_scalar_decide_equals_vectorised(labelled):
+    """``decide`` walks the tree with Python scalars; ``decide_many`` in numpy."""
+    x, y = labelled
+    conf = DecisionTreeTimeoutConfigurator.fit(x, y, max_depth=6, min_samples_leaf=5)
+    rng = np.random.default_rng(1)
+    z = np.concatenate([x, x * rng.uniform(0.8, 1.2, x.shape)])
+    many = conf.decide_many(z)
+    assert [conf.decide(s) for s in z] == many.tolist()
+    np.testing.assert_array_equal([conf.tree.predict_one(s) for s in z], conf.tree.predict(z))

@@ -1,0 +1,81 @@
+"""``gnn-faas simulate TRACE``: a trace under every serving policy, simulated.
+
+    gnn-faas simulate twitter --day --graph bitcoin-otc --policies all --json
+    gnn-faas simulate azure2019 --minutes 60 --out var/sim     # + CSV, JSON and plots
+    gnn-faas simulate calibrate --graph bitcoin-otc --out FILE  # measure a profile
+    gnn-faas simulate study                                     # the README's tables
+
+Service times, cold starts and memory come from a calibration profile measured
+on the real system (``--calibration``, default the one bundled for the graph;
+see :mod:`gnn_faas.traces.calibration`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+COMMANDS = ("azure2019", "azure2021", "twitter", "calibrate", "study")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from gnn_faas.traces.sources import add_trace_arguments
+
+    p = sub.add_parser("simulate", help="simulate a trace under every serving policy")
+    p.add_argument("trace", metavar="TRACE", choices=COMMANDS, help=" | ".join(COMMANDS))
+    p.add_argument("--graph", default="bitcoin-otc")
+    p.add_argument("--store", default=None, help="graph store URI (default: ./var/store)")
+    p.add_argument("--policies", default="all", help="comma-separated policies, or 'all'")
+    p.add_argument("--calibration", default=None, help="calibration JSON (default: bundled)")
+    p.add_argument("--prices", default=None, help="price YAML (default: bundled)")
+    p.add_argument("--slo", type=float, default=None, help="SLO seconds (default: calibration's)")
+    p.add_argument("--out", default=None, help="run directory (calibrate: the JSON file)")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--workers", type=int, default=min(os.cpu_count() or 1, 4),
+                   help="processes for gnn_faas's buffer pass (default: CPUs, at most 4)")  # fmt: skip
+    c = p.add_argument_group("calibrate")
+    c.add_argument("--memory-mb", type=int, default=256)
+    c.add_argument("--compute-mb", type=int, default=512)
+    c.add_argument("--max-instances", type=int, default=4)
+    add_trace_arguments(p)
+    p.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from gnn_faas.errors import InvalidRequest
+
+    if args.trace == "calibrate":
+        from gnn_faas.traces.calibrate import calibrate
+
+        if not args.out:
+            raise InvalidRequest("simulate calibrate needs --out FILE.json")
+        cal = calibrate(
+            graph=args.graph,
+            store=args.store or "",
+            memory_mb=args.memory_mb,
+            compute_mb=args.compute_mb,
+            max_instances=args.max_instances,
+            log=lambda m: print(m, file=sys.stderr),
+        )
+        cal.save(args.out)
+        print(json.dumps({k: v for k, v in cal.to_dict().items() if k != "samples"}))
+        return 0
+    if args.trace == "study":
+        from gnn_faas.traces.study import run_study
+
+        print(run_study(args))
+        return 0
+    from gnn_faas.traces.run import simulate_trace
+
+    result = simulate_trace(args.trace, args)
+    if args.json:
+        json.dump(result, sys.stdout, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        from gnn_faas.traces.report import policy_table
+
+        print(policy_table(result))
+    return 0

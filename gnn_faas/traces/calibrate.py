@@ -1,0 +1,205 @@
+"""``gnn-faas simulate calibrate``: measure a :class:`Calibration` on the real system.
+
+It brings the bundle up (``gnn-faas up`` as a subprocess, graph-sharing mode,
+the deployment's function sizes and caps), then:
+
+1. reads the platform's metering of the start-up launches: measured
+   spawn-to-ready seconds of the memory and compute function instances, and
+   the resident memory of the warm memory function's process tree;
+2. sends single requests one at a time (targets from the graph's real request
+   order) and bursts of 2..32 concurrent requests that share buffers; for each
+   execution (the gateway reports its ``execution`` id, ``buffer_wait_ms`` and
+   ``latency_ms`` per request) it records the rows aggregated, the union of
+   its requests' k-hop sets, and the seconds from the buffer's close to the
+   answers (latency minus buffer wait, median over its requests); then the
+   same for ``trace_s`` seconds of the busiest Azure 2019 function replayed at
+   its own rate (executions under load: contention is part of the figure);
+3. fits ``T(rows) = a + b·rows`` on those samples;
+4. times a full download of the graph's blobs from the store (what a
+   DGL-serverless or serverful instance does at start-up).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from gnn_faas.errors import InvalidRequest
+from gnn_faas.traces.calibration import Calibration, fit_linear
+
+BURSTS = (2, 4, 8, 16, 32)
+
+
+def _post(session, url: str, model: str, target: int) -> dict:
+    from gnn_faas.traces.replay import vertex_request
+
+    r = session.post(f"{url}/v2/models/{model}/infer", json=vertex_request([target]), timeout=60)
+    if r.status_code != 200:
+        raise InvalidRequest(f"calibration request failed: {r.status_code} {r.text[:200]}")
+    return r.json().get("parameters", {})
+
+
+def _executions(params: list[dict], targets: list[int], sets: Any) -> list[tuple[int, float]]:
+    """``(union rows, seconds)`` per execution of a group of answered requests."""
+    groups: dict[str, list[int]] = {}
+    for k, p in enumerate(params):
+        groups.setdefault(p.get("execution", str(k)), []).append(k)
+    pos = {int(v): j for j, v in enumerate(sets.vertices)}
+    out = []
+    for members in groups.values():
+        u = np.unique(np.concatenate([sets.set_of(pos[targets[k]]) for k in members]))
+        secs = [
+            (params[k]["latency_ms"] - params[k].get("buffer_wait_ms", 0.0)) / 1e3 for k in members
+        ]
+        out.append((int(u.size), float(statistics.median(secs))))
+    return out
+
+
+def full_fetch_seconds(store: str, graph_name: str, repeats: int = 3) -> tuple[float, float]:
+    """``(seconds, MiB)``: median time to read every blob of the graph from the store."""
+    from gnn_faas.storage.format import open_graph
+
+    times, size = [], 0
+    for _ in range(repeats):
+        g = open_graph(store, graph_name)
+        t0 = time.perf_counter()
+        size = 0
+        for blob in ("indptr", "indices", "features"):
+            if g.has(blob):
+                size += g.read_blob(blob).nbytes
+        times.append(time.perf_counter() - t0)
+    return float(statistics.median(times)), size / 2**20
+
+
+def calibrate(
+    *,
+    graph: str = "bitcoin-otc",
+    store: str = "",
+    slo_s: float = 0.3,
+    memory_mb: int = 256,
+    compute_mb: int = 512,
+    max_instances: int = 4,
+    min_instances: int = 1,
+    keep_alive_s: float = 600.0,
+    singles: int = 40,
+    repeats: int = 3,
+    trace_s: float = 20.0,
+    log=print,
+) -> Calibration:
+    import requests
+
+    from gnn_faas.bench.coldstart import tree_memory
+    from gnn_faas.bench.stack import Stack
+    from gnn_faas.cli.up import prepare
+    from gnn_faas.config import ModelServingConfig, ServingConfig
+    from gnn_faas.storage.format import open_graph
+    from gnn_faas.traces.request_stream import khop_sets, request_order
+
+    base = ServingConfig(
+        store=store,
+        models=(ModelServingConfig(name=graph, graph=graph, dataset=graph, slo_s=slo_s),),
+    )
+    prepare(base, log=log)
+    g = open_graph(base.store, graph)
+    layers = base.models[0].layers
+    order = request_order(g)
+    need = singles + sum(BURSTS) * repeats
+    targets_all = [int(v) for v in order[:need]]
+    sets = khop_sets(g, np.unique(order[:need]), layers)
+    config = {
+        "store": base.store,
+        "platform": {
+            "memory_function_mb": memory_mb,
+            "compute_function_mb": compute_mb,
+            "max_memory_instances": max_instances,
+            "max_compute_instances": max_instances,
+            "min_instances": min_instances,
+            "keep_alive_s": keep_alive_s,
+        },
+        "models": [{"name": graph, "graph": graph, "dataset": graph,
+                    "checkpoint": str(base.checkpoint_dir(base.models[0])),
+                    "slo_s": slo_s, "mode": "graph_sharing"}],
+    }  # fmt: skip
+    samples: list[tuple[int, float]] = []
+    with Stack(config) as stack, requests.Session() as session:
+        status = stack.status()
+        cold = {"memory": [], "compute": []}
+        rss = []
+        for inst in status["instances"]:
+            kind = inst["spec"]["kind"]
+            if inst.get("cold_start_s") is not None and kind in cold:
+                cold[kind].append(float(inst["cold_start_s"]))
+            if kind == "memory" and inst.get("pid"):
+                rss.append(tree_memory(int(inst["pid"]))[0] / 2**20)
+        if not cold["memory"] or not cold["compute"]:
+            raise InvalidRequest("the stack reported no measured cold starts")
+        log(f"cold starts: {cold}; memory function RSS {rss} MiB")
+        for _ in range(3):  # warm connections and caches, not recorded
+            _post(session, stack.url, graph, targets_all[0])
+        k = 0
+        for _ in range(singles):
+            t = targets_all[k]
+            samples += _executions([_post(session, stack.url, graph, t)], [t], sets)
+            k += 1
+        with ThreadPoolExecutor(max_workers=max(BURSTS)) as pool:
+            for _ in range(repeats):
+                for b in BURSTS:
+                    ts = targets_all[k : k + b]
+                    k += b
+                    params = list(pool.map(lambda t: _post(session, stack.url, graph, t), ts))
+                    samples += _executions(params, ts, sets)
+                    time.sleep(0.3)
+        if trace_s > 0:
+            # executions under a real arrival pattern: the busiest Azure 2019
+            # function at its own rate, so contention is part of the measurement
+            from gnn_faas.traces import azure2019
+            from gnn_faas.traces.replay import replay
+            from gnn_faas.traces.request_stream import map_targets
+
+            tr = azure2019.load(rank=0, start_minute=60, minutes=1).window(0.0, trace_s)
+            tt = map_targets(order, tr.requests, offset=k)
+            extra_sets = khop_sets(g, np.unique(tt), layers)
+            res = replay(stack.url, graph, tr.arrivals, tt)
+            ok = [i for i in range(tr.requests) if res.status[i] == 200]
+            params = [{"execution": res.execution[i], "latency_ms": res.latency[i] * 1e3,
+                       "buffer_wait_ms": res.buffer_wait[i] * 1e3} for i in ok]  # fmt: skip
+            samples += _executions(params, [int(tt[i]) for i in ok], extra_sets)
+        log(f"{len(samples)} executions measured")
+    a, b = fit_linear(*np.asarray(samples).T)
+    fetch_s, graph_mb = full_fetch_seconds(base.store, graph)
+    manifest = g.manifest
+    dim = int(manifest.feature_dim)
+    # a row of a request's computation graph: its feature row, its hidden rows
+    # (one per layer) and its CSR entries (int32 index + int64 indptr share)
+    row_bytes = dim * 4 * (1 + layers) + 12 * manifest.num_edges / max(manifest.num_nodes, 1)
+    return Calibration(
+        graph=graph,
+        hops=layers,
+        slo_s=slo_s,
+        exec_intercept_s=a,
+        exec_per_row_s=b,
+        cold_start_memory_s=float(statistics.median(cold["memory"])),
+        cold_start_compute_s=float(statistics.median(cold["compute"])),
+        memory_function_mb=float(memory_mb),
+        compute_function_mb=float(compute_mb),
+        memory_vcpus=1.0,
+        compute_vcpus=1.0,
+        keep_alive_s=keep_alive_s,
+        max_instances=max_instances,
+        min_instances=min_instances,
+        runtime_mb=float(statistics.median(rss)) if rss else float(memory_mb),
+        row_bytes=float(row_bytes),
+        graph_mb=float(graph_mb),
+        full_fetch_s=fetch_s,
+        samples=tuple(samples),
+        meta={
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "command": f"gnn-faas simulate calibrate --graph {graph} --memory-mb {memory_mb} "
+            f"--compute-mb {compute_mb} --max-instances {max_instances} --out FILE",
+            "platform": "local",
+        },
+    )

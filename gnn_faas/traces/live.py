@@ -1,0 +1,256 @@
+"""``gnn-faas replay``: a trace replayed live against a gateway, into a run directory.
+
+The trace's arrivals are mapped onto the served graph's real request order
+(the graph is read from ``--store``), replayed open loop
+(:func:`gnn_faas.traces.replay.replay`) while a sampler records the gateway's
+instances every second, then written out:
+
+- ``requests.csv``: arrival, send, latency, status, buffer wait, sharing
+  degree, execution id, whether a cold start was under way while it was in flight;
+- ``timeline.csv``: every second: arrivals, completions, in flight, instances
+  per function, allocated and busy GB;
+- ``summary.json``: latency, SLO, the platform's metering over the replay
+  (GB-s, vCPU-s, cold starts), dollars, and with ``--predict`` the
+  simulator's figures for the same window beside the measured ones;
+- PNG plots (latency CDF, arrivals and instances, memory, cost per policy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gnn_faas.errors import InvalidRequest
+from gnn_faas.traces.timeline import counts_per_second, in_flight
+
+# the live gateway's mode -> the simulator policy that models it
+MODE_POLICY = {"graph_sharing": "gnn_faas", "no_sharing": "faas_gnn",
+               "request_centric": "request_centric"}  # fmt: skip
+
+
+def model_metadata(url: str, model: str) -> dict:
+    import requests
+
+    try:
+        r = requests.get(f"{url.rstrip('/')}/v2/models/{model}", timeout=10)
+    except requests.RequestException as exc:
+        raise InvalidRequest(f"cannot reach the gateway at {url}: {exc}") from None
+    if r.status_code != 200:
+        raise InvalidRequest(f"model {model!r} at {url}: {r.status_code} {r.text[:200]}")
+    return r.json()
+
+
+def timeline_from(result: Any, samples: list[dict], seconds: int) -> dict[str, np.ndarray]:
+    ok = result.status == 200
+    done = np.where(ok, result.send + result.latency, np.inf)
+    tl: dict[str, np.ndarray] = {
+        "second": np.arange(seconds),
+        "arrivals": counts_per_second(result.arrival, seconds),
+        "completions": counts_per_second(done[ok], seconds),
+        "in_flight": in_flight(result.send, done, seconds),
+    }
+    names = sorted({f for s in samples for f in s["instances"]})
+    ts = np.asarray([s["t"] for s in samples]) if samples else np.zeros(0)
+    # the last sample at or before each second (the first one before any)
+    k = np.clip(np.searchsorted(ts, np.arange(seconds), side="right") - 1, 0, None)
+    for name in names:
+        v = np.asarray([s["instances"].get(name, 0) for s in samples], dtype=np.float64)
+        tl[f"instances_{name}"] = v[k] if v.size else np.zeros(seconds)
+    for key in ("allocated_gb", "busy_gb"):
+        v = np.asarray([s[key] for s in samples], dtype=np.float64)
+        tl[key] = v[k] if v.size else np.zeros(seconds)
+    return tl
+
+
+def cold_flags(result: Any, samples: list[dict]) -> np.ndarray:
+    """A request met a cold start when a sample taken while it was in flight
+    saw an instance starting."""
+    ts = np.asarray([s["t"] for s in samples if s["starting"] > 0])
+    if ts.size == 0:
+        return np.zeros(result.arrival.size, bool)
+    lo = np.searchsorted(ts, result.send, side="left")
+    hi = np.searchsorted(ts, result.send + np.nan_to_num(result.latency), side="right")
+    return hi > lo
+
+
+def live_dollars(result: Any, status: dict, prices: dict, requests_n: int) -> dict:
+    """Serverless prices applied to the live executions: one memory and one
+    compute invocation per execution, each billed the execution's seconds
+    (median over its requests of latency minus buffer wait)."""
+    from gnn_faas.traces.cost import dollars
+
+    sizes: dict[str, tuple[float, float]] = {}
+    for inst in status.get("instances", []):
+        sizes[inst["spec"]["kind"]] = (inst["spec"]["memory_mb"], inst["spec"]["vcpus"])
+    ok = result.status == 200
+    secs: dict[str, list[float]] = {}
+    for i in np.flatnonzero(ok):
+        key = result.execution[i] or f"r{i}"
+        wait = 0.0 if np.isnan(result.buffer_wait[i]) else result.buffer_wait[i]
+        secs.setdefault(key, []).append(result.latency[i] - wait)
+    d = np.asarray([float(np.median(v)) for v in secs.values()])
+    mb = [sizes.get(k, (0.0, 0.0)) for k in ("memory", "compute") if k in sizes]
+    if not mb:
+        return {}
+    return dollars(
+        prices, serverful=False,
+        durations_s=np.concatenate([d for _ in mb]),
+        memory_mb=np.concatenate([np.full(d.size, m) for m, _ in mb]),
+        vcpus=np.concatenate([np.full(d.size, v) for _, v in mb]),
+        duration_s=0.0, peak_vcpus=0.0, peak_gib=0.0, requests=requests_n,
+    )  # fmt: skip
+
+
+@dataclass
+class LiveRun:
+    """A finished live replay: the summary and what the run directory is made of."""
+
+    summary: dict
+    result: Any
+    samples: list[dict]
+    status: dict
+
+
+def replay_live(
+    url: str,
+    model: str,
+    arrivals: np.ndarray,
+    targets: np.ndarray,
+    *,
+    slo_s: float,
+    prices: dict,
+    duration_s: float,
+    senders: int = 64,
+    timeout_s: float = 30.0,
+    progress: bool = False,
+) -> LiveRun:
+    """Replay open loop with the status sampler; metering over the replay."""
+    import requests
+
+    from gnn_faas.traces.replay import StatusSampler, replay
+
+    url = url.rstrip("/")
+    t_start = time.monotonic()
+    with StatusSampler(url, t_start) as sampler:
+        result = replay(url, model, arrivals, targets, max_senders=senders,
+                        timeout_s=timeout_s, progress=progress)  # fmt: skip
+        time.sleep(1.0)  # one more sample after the last answer
+    # metering from the first send to the last answer
+    w0 = result.start_monotonic
+    last = np.nanmax(result.send + result.latency) if len(arrivals) else 0.0
+    status = requests.get(f"{url}/v1/status", params={"window_start": w0,
+                          "window_end": w0 + float(last)}, timeout=30).json()  # fmt: skip
+    metering = status["metering"]["total"]
+    n = int(len(arrivals))
+    ok = result.status == 200
+    lat = result.latency[ok]
+    q = np.percentile(lat, [50, 99]) * 1e3 if lat.size else np.zeros(2)
+    summary = {
+        "model": model,
+        "url": url,
+        "requests": n,
+        "ok": int(ok.sum()),
+        "errors": int(n - ok.sum()),
+        "duration_s": float(duration_s),
+        "slo_s": slo_s,
+        "p50_ms": float(q[0]),
+        "p99_ms": float(q[1]),
+        "mean_ms": float(lat.mean() * 1e3) if lat.size else 0.0,
+        "slo_violations": int((lat > slo_s).sum() + (n - ok.sum())),
+        "gb_s": float(metering["allocated_gb_s"]),
+        "busy_gb_s": float(metering.get("busy_gb_s", 0.0)),
+        "vcpu_s": float(metering["vcpu_s"]),
+        "gb_s_per_request": float(metering["allocated_gb_s"]) / max(n, 1),
+        "cold_starts": int(metering.get("cold_starts", 0)),
+        "mean_sharing_degree": float(np.nanmean(result.sharing)) if ok.any() else 0.0,
+        "max_send_lag_s": float(np.nanmax(result.send - result.arrival)) if n else 0.0,
+        "dollars": live_dollars(result, status, prices, n),
+        "error_examples": result.error_messages[:3],
+    }
+    return LiveRun(summary, result, sampler.samples, status)
+
+
+def write_live(out: Path, run: LiveRun, duration_s: float, sim_runs: dict | None = None) -> None:
+    """``requests.csv``, ``timeline.csv``, ``summary.json`` and the plots."""
+    from gnn_faas.traces import plots
+    from gnn_faas.traces.rundir import write_requests, write_timeline
+
+    result, summary = run.result, run.summary
+    out.mkdir(parents=True, exist_ok=True)
+    end = np.nanmax(result.send + result.latency) if result.send.size else 0.0
+    seconds = max(int(np.ceil(max(duration_s, end))), 1)
+    tl = timeline_from(result, run.samples, seconds)
+    write_timeline(out / "timeline.csv", tl)
+    write_requests(
+        out / "requests.csv",
+        {"arrival_s": result.arrival, "send_s": result.send, "latency_s": result.latency,
+         "status": result.status, "buffer_wait_s": result.buffer_wait,
+         "sharing_degree": result.sharing, "execution": np.asarray(result.execution),
+         "cold_start": cold_flags(result, run.samples).astype(int)},
+    )  # fmt: skip
+    ok = result.status == 200
+    latencies = {"live": result.latency[ok]}
+    costs = {"live": summary["dollars"]}
+    for name, r in (sim_runs or {}).items():
+        latencies[f"sim {name}"] = r.latency[~r.dropped]
+        costs[f"sim {name}"] = summary["simulated"]["policies"][name]["dollars"]
+    plots.latency_cdf(out / "latency_cdf.png", latencies, summary["slo_s"])
+    plots.rate_and_instances(out / "rate_instances.png", {"live": tl})
+    plots.memory_over_time(out / "memory.png", {"live": tl})
+    plots.cost_per_policy(out / "cost.png", costs)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+
+
+def run_replay(trace_name: str, args: argparse.Namespace) -> dict:
+    from gnn_faas.traces.cost import load_prices
+    from gnn_faas.traces.request_stream import map_targets, request_order
+    from gnn_faas.traces.run import open_prepared_graph
+    from gnn_faas.traces.sources import load_trace
+
+    url = args.url.rstrip("/")
+    meta = model_metadata(url, args.model)
+    params = meta.get("parameters", {})
+    graph_name = params.get("graph", args.model)
+    slo = float(args.slo or params.get("slo_s", 0.3))
+    mode = params.get("mode", "graph_sharing")
+    trace = load_trace(trace_name, args)
+    graph, _ = open_prepared_graph(graph_name, args.store)
+    if int(params.get("num_nodes", graph.num_nodes)) != graph.num_nodes:
+        raise InvalidRequest(f"graph {graph_name!r} in the store differs from the served one")
+    targets = map_targets(request_order(graph), trace.requests)
+    prices = load_prices(args.prices)
+    run = replay_live(url, args.model, trace.arrivals, targets, slo_s=slo, prices=prices,
+                      duration_s=trace.duration_s, senders=args.senders,
+                      timeout_s=args.timeout, progress=not args.no_progress)  # fmt: skip
+    run.summary.update(trace=trace_name, graph=graph_name, mode=mode)
+    sim_runs: dict = {}
+    if args.predict:
+        run.summary["simulated"], sim_runs = predict(trace, graph, args, slo, prices, mode)
+    if args.out:
+        write_live(Path(args.out), run, trace.duration_s, sim_runs)
+        run.summary["out"] = str(args.out)
+    return run.summary
+
+
+def predict(trace, graph, args, slo, prices, mode) -> tuple[dict, dict]:
+    """The simulator on the same window: the policy modelling the live mode
+    first (``prediction``), then the rest for the cost comparison."""
+    from gnn_faas.traces.calibration import Calibration
+    from gnn_faas.traces.run import setup_simulation
+    from gnn_faas.traces.simulator import parse_policies, simulate
+
+    cal = (
+        Calibration.load(args.calibration) if args.calibration else Calibration.bundled(graph.name)
+    )
+    setup = setup_simulation(trace, graph, cal, slo)
+    main = MODE_POLICY.get(mode, "gnn_faas")
+    names = [main] + [p for p in parse_policies(args.policies) if p != main]
+    runs = simulate(setup, names)
+    policies = {n: r.summary(slo, prices, trace.duration_s) for n, r in runs.items()}
+    return {"prediction": main, "policies": policies}, runs

@@ -1,0 +1,136 @@
+"""Simulating a trace end to end: load, map onto the graph, run the policies,
+summarise (and write a run directory with CSVs, JSON and plots)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def open_prepared_graph(graph: str, store: str | None) -> tuple[Any, str]:
+    from gnn_faas.config import ModelServingConfig, ServingConfig
+    from gnn_faas.errors import NotFound
+    from gnn_faas.storage.datasets import ensure_dataset
+    from gnn_faas.storage.format import open_graph
+
+    cfg = ServingConfig(store=store or "", models=(ModelServingConfig(name=graph, graph=graph),))
+    try:
+        return open_graph(cfg.store, graph), cfg.store
+    except NotFound:
+        ensure_dataset(cfg.store, graph)
+        return open_graph(cfg.store, graph), cfg.store
+
+
+def setup_simulation(
+    trace: Any,
+    graph: Any,
+    calibration: Any,
+    slo_s: float | None = None,
+    policy_cls: Any = None,
+    buffer_settings: Any = None,
+    workers: int = 1,
+) -> Any:
+    """The policies' shared setup: the stream with k-hop sets and the gateway's
+    buffer configuration and timeout configurator for the graph."""
+    from gnn_faas.config import BufferSettings
+    from gnn_faas.errors import InvalidRequest
+    from gnn_faas.gateway.load_aware_queue import LoadAwarePolicy
+    from gnn_faas.gateway.timeout_configurator import load_configurator
+    from gnn_faas.traces.request_stream import build_stream
+    from gnn_faas.traces.simulator import SimulationSetup
+
+    if trace.requests == 0:
+        raise InvalidRequest(f"the {trace.name} trace window holds no arrivals")
+    slo = slo_s or calibration.slo_s
+    bcfg = (buffer_settings or BufferSettings()).for_slo(slo)
+    configurator = load_configurator(None, graph=graph.name, config=bcfg)
+    stream = build_stream(graph, trace.arrivals, calibration.hops)
+    return SimulationSetup(
+        stream=stream,
+        calibration=calibration,
+        num_nodes=graph.num_nodes,
+        duration_s=float(trace.duration_s),
+        buffer_config=bcfg,
+        configurator=configurator,
+        policy_cls=policy_cls or LoadAwarePolicy,
+        workers=max(1, int(workers)),
+    )
+
+
+def progress_bar(total: int, enabled: bool, desc: str):
+    if not enabled:
+        return None, lambda: None
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc=desc, unit="req", unit_scale=True, leave=False)
+    last = [0]
+
+    def update(i: int) -> None:
+        bar.update(i - last[0])
+        last[0] = i
+
+    return update, bar.close
+
+
+def simulate_trace(trace_name: str, args: argparse.Namespace) -> dict:
+    from gnn_faas.traces.calibration import Calibration
+    from gnn_faas.traces.cost import load_prices
+    from gnn_faas.traces.simulator import parse_policies, simulate
+    from gnn_faas.traces.sources import load_trace
+
+    t0 = time.perf_counter()
+    policies = parse_policies(args.policies)
+    prices = load_prices(args.prices)
+    cal = (
+        Calibration.load(args.calibration) if args.calibration else Calibration.bundled(args.graph)
+    )
+    trace = load_trace(trace_name, args)
+    graph, _ = open_prepared_graph(args.graph, args.store)
+    setup = setup_simulation(trace, graph, cal, args.slo, workers=args.workers)
+    update, close = progress_bar(trace.requests, not args.no_progress and not args.json, "gnn_faas")
+    runs = simulate(setup, policies, update)
+    close()
+    slo = setup.buffer_config.slo_s
+    result = {
+        "wall_s": time.perf_counter() - t0,
+        "requests": trace.requests,
+        "trace": trace_name,
+        "graph": args.graph,
+        "duration_s": trace.duration_s,
+        "slo_s": slo,
+        "calibration": cal.meta.get("measured_at", ""),
+        "policies": {n: r.summary(slo, prices, trace.duration_s) for n, r in runs.items()},
+    }
+    if args.out:
+        write_simulation(Path(args.out), result, runs)
+        result["out"] = args.out
+    return result
+
+
+def write_simulation(out: Path, result: dict, runs: dict) -> None:
+    import json
+
+    from gnn_faas.traces import plots
+    from gnn_faas.traces.rundir import write_timeline
+
+    out.mkdir(parents=True, exist_ok=True)
+    timelines = {}
+    for name, run in runs.items():
+        timelines[name] = run.timeline()
+        write_timeline(out / f"timeline_{name}.csv", timelines[name])
+    (out / "summary.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    lat = {n: r.latency[~r.dropped] for n, r in runs.items()}
+    plots.latency_cdf(out / "latency_cdf.png", lat, result["slo_s"])
+    plots.rate_and_instances(out / "rate_instances.png", timelines)
+    plots.memory_over_time(out / "memory.png", timelines)
+    plots.cost_per_policy(
+        out / "cost.png", {n: p["dollars"] for n, p in result["policies"].items()}
+    )
+
+
+def mean_or_zero(x: np.ndarray) -> float:
+    return float(x.mean()) if x.size else 0.0

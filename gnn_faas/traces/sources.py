@@ -1,0 +1,70 @@
+"""Trace selection shared by ``gnn-faas replay`` and ``gnn-faas simulate``.
+
+``TRACE`` is ``azure2019``, ``azure2021`` or ``twitter`` (files from
+``../shared/datasets`` unless ``--trace-file``); ``--day`` takes the whole
+trace, otherwise ``--minutes`` from ``--start-minute``. Twitter reads the
+per-second day, or the raw first hour with ``--raw-hour``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from gnn_faas.errors import InvalidRequest
+from gnn_faas.traces.trace import SPREADS, Trace
+
+TRACES = ("azure2019", "azure2021", "twitter")
+
+
+def add_trace_arguments(p: argparse.ArgumentParser, default_minutes: float = 5.0) -> None:
+    g = p.add_argument_group("trace")
+    g.add_argument("--trace-file", default=None, help="trace file (default: ../shared/datasets)")
+    g.add_argument("--day", action="store_true", help="the whole trace")
+    g.add_argument("--minutes", type=float, default=default_minutes, help="window length")
+    g.add_argument("--start-minute", type=float, default=0.0, help="window start (minutes)")
+    g.add_argument("--speedup", type=float, default=1.0, help="time compression (shape kept)")
+    g.add_argument("--seed", type=int, default=0, help="seed for spreading arrivals")
+    g.add_argument("--spread", choices=SPREADS, default=None, help="spread inside a bin")
+    g.add_argument("--rank", type=int, default=0, help="azure2019: function by invocation rank")
+    g.add_argument("--function", action="append", default=None, help="azure: function hash")
+    g.add_argument("--frequent", action="store_true", help="azure2019: all > 10,000 invocations")
+    g.add_argument("--random-offset", action="store_true", help="azure2019: shift per function")
+    g.add_argument("--raw-hour", action="store_true", help="twitter: raw inter-arrival hour")
+
+
+def load_trace(name: str, args: argparse.Namespace) -> Trace:
+    from gnn_faas.traces import azure2019, azure2021, twitter
+
+    if name == "azure2019":
+        trace = azure2019.load(
+            args.trace_file,
+            names=args.function,
+            rank=None if args.function or args.frequent else args.rank,
+            frequent=args.frequent,
+            spread_method=args.spread or "exponential",
+            seed=args.seed,
+            random_offset=args.random_offset,
+            speedup=args.speedup,
+        )
+    elif name == "azure2021":
+        trace = azure2021.load(args.trace_file, names=args.function, speedup=args.speedup)
+    elif name == "twitter":
+        if args.raw_hour:
+            trace = twitter.load_raw_hour(args.trace_file, speedup=args.speedup)
+        else:
+            trace = twitter.load_day(
+                args.trace_file,
+                spread_method=args.spread or "uniform",
+                seed=args.seed,
+                speedup=args.speedup,
+            )
+    else:
+        raise InvalidRequest(f"unknown trace {name!r}; choose from {list(TRACES)}")
+    if args.day:
+        return trace
+    if args.minutes <= 0 or args.start_minute < 0:
+        raise InvalidRequest("--minutes must be positive and --start-minute >= 0")
+    w = trace.window(args.start_minute * 60.0, args.minutes * 60.0)
+    if w.requests == 0:
+        raise InvalidRequest(f"no arrivals in that window of the {name} trace")
+    return w

@@ -1,0 +1,78 @@
+"""Open-loop replay against a small local HTTP server: every request is sent
+once, at (or after) its arrival time, never more than ``max_senders`` in
+flight; statuses and the gateway's parameters are recorded per request; an
+unreachable gateway is a clear CLI error."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from gnn_faas.cli import main
+from gnn_faas.traces.replay import replay
+
+
+class _Handler(BaseHTTPRequestHandler):
+    lock = threading.Lock()
+    active = 0
+    peak = 0
+    seen: list[int] = []
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        target = body["inputs"][0]["data"][0]
+        cls = type(self)
+        with cls.lock:
+            cls.active += 1
+            cls.peak = max(cls.peak, cls.active)
+            cls.seen.append(target)
+        time.sleep(0.05)
+        with cls.lock:
+            cls.active -= 1
+        status = 400 if target == 13 else 200
+        out = {"parameters": {"buffer_wait_ms": 7.0, "sharing_degree": 0.5, "execution": "e"}}
+        data = json.dumps(out if status == 200 else {"error": "bad"}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture()
+def server():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
+def test_open_loop_bounded_and_recorded(server):
+    _Handler.seen, _Handler.peak = [], 0
+    arrivals = np.linspace(0, 0.2, 40)  # 40 requests in 0.2 s, each served in 50 ms
+    targets = np.arange(40)
+    r = replay(server, "m", arrivals, targets, max_senders=4)
+    assert sorted(_Handler.seen) == list(range(40))
+    assert _Handler.peak <= 4
+    assert r.sent == 40 and r.ok == 39 and r.errors == 1
+    assert r.status[13] == 400 and (r.status == 200).sum() == 39
+    assert np.all(r.send >= arrivals - 1e-3)  # never early
+    assert np.all(r.latency >= 0.045)
+    np.testing.assert_allclose(r.buffer_wait[r.status == 200], 0.007)
+    assert r.sharing[0] == 0.5 and r.execution[0] == "e"
+    # four senders at 50 ms each cannot keep up with 200 requests/s: sends lag
+    assert np.nanmax(r.send - arrivals) > 0.2
+
+
+def test_replay_cli_unreachable_gateway(capsys):
+    assert main(["replay", "azure2019", "--url", "http://127.0.0.1:9", "--minutes", "1"]) == 2
+    assert "cannot reach the gateway" in capsys.readouterr().err

@@ -1,0 +1,55 @@
+"""``gnn-faas simulate`` end to end on a short window: the JSON benchmark's
+keys, the run directory (CSV, JSON, non-empty PNG plots), the study tables."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from gnn_faas.cli import main
+from gnn_faas.traces.study import study_tables
+
+
+def test_simulate_json_and_run_directory(tmp_path, bitcoin_store, capsys):
+    out = tmp_path / "run"
+    rc = main(["simulate", "azure2019", "--minutes", "1", "--start-minute", "60",
+               "--store", bitcoin_store, "--policies", "all", "--json", "--out", str(out)])  # fmt: skip
+    assert rc == 0
+    result = json.loads(capsys.readouterr().out)
+    assert {"wall_s", "requests", "policies"} <= set(result)
+    assert set(result["policies"]) == {
+        "gnn_faas", "faas_gnn", "request_centric", "dgl_serverless", "serverful"
+    }  # fmt: skip
+    for name, p in result["policies"].items():
+        for key in ("p50_ms", "p99_ms", "slo_violations", "gb_s", "vcpu_s", "cold_starts"):
+            assert key in p, (name, key)
+        assert p["dollars"] and all(v > 0 for v in p["dollars"].values())
+        assert p["requests"] == result["requests"] > 1000
+    for png in ("latency_cdf.png", "rate_instances.png", "memory.png", "cost.png"):
+        data = (out / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    with open(out / "timeline_gnn_faas.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert sum(int(r["arrivals"]) for r in rows) == result["requests"]
+    assert sum(float(r["allocated_gb"]) for r in rows) == pytest.approx(
+        result["policies"]["gnn_faas"]["gb_s"], rel=1e-4
+    )
+    assert json.loads((out / "summary.json").read_text())["requests"] == result["requests"]
+    tables = study_tables(result)
+    assert "−48.6%" in tables and "| serverful |" in tables
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["simulate", "twitter", "--policies", "nope"], "unknown policy"),
+        (["simulate", "azure2019", "--minutes", "0"], "--minutes"),
+        (["simulate", "azure2021", "--trace-file", "/nonexistent.csv"], "not found"),
+        (["simulate", "calibrate"], "--out"),
+    ],
+)
+def test_simulate_bad_input(argv, message, capsys, bitcoin_store):
+    assert main([*argv, "--store", bitcoin_store]) == 2
+    assert message in capsys.readouterr().err

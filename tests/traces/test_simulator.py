@@ -1,0 +1,160 @@
+"""The simulator: the gnn_faas policy runs the gateway's own router, buffers,
+timeout configurator and load-aware queue (swapping them changes the
+result); conservation; GB-s equals the allocated timeline's integral."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from gnn_faas.gateway import router as router_module
+from gnn_faas.gateway.load_aware_queue import LoadAwarePolicy, RequestCentricPolicy
+from gnn_faas.gateway.timeout_configurator import DecisionTreeTimeoutConfigurator
+from gnn_faas.traces import twitter
+from gnn_faas.traces.calibration import Calibration
+from gnn_faas.traces.cost import load_prices
+from gnn_faas.traces.run import setup_simulation
+from gnn_faas.traces.simulator import POLICIES, simulate
+from gnn_faas.traces.trace import Trace
+
+
+@pytest.fixture(scope="module")
+def trace():
+    day = twitter.load_day(seed=0)
+    return day.window(36_000.0, 60.0)  # one minute of the real day (~3,000 requests)
+
+
+@pytest.fixture(scope="module")
+def calibration():
+    return Calibration.bundled("bitcoin-otc")
+
+
+@pytest.fixture(scope="module")
+def setup(trace, bitcoin_graph, calibration):
+    return setup_simulation(trace, bitcoin_graph, calibration)
+
+
+@pytest.fixture(scope="module")
+def runs(setup):
+    return simulate(setup, POLICIES)
+
+
+def test_bundled_calibration_is_measured(calibration):
+    assert calibration.meta["command"].startswith("gnn-faas simulate calibrate")
+    assert len(calibration.samples) >= 20
+    rows, secs = np.asarray(calibration.samples).T
+    # the fit describes its own samples (median relative error within 40%)
+    err = np.abs(calibration.exec_s(rows) - secs) / secs
+    assert np.median(err) < 0.4
+
+
+@pytest.mark.parametrize("name", POLICIES)
+def test_conservation_and_gb_s(runs, setup, name):
+    run = runs[name]
+    n = len(setup.stream)
+    completed = int(np.isfinite(run.done).sum())
+    assert completed + int(run.dropped.sum()) == n
+    lat = run.latency[~run.dropped]
+    assert np.all(lat > 0)
+    tl = run.timeline()
+    assert tl["instances"].min() >= -1e-9
+    assert tl["arrivals"].sum() == n and tl["completions"].sum() == completed
+    assert tl["allocated_gb"].sum() == pytest.approx(run.gb_s, rel=1e-9)
+    assert tl["busy_gb"].sum() == pytest.approx(run.busy_gb_s, rel=1e-9)
+    assert np.all(run.inst_stop >= run.inst_spawn)
+    s = run.summary(0.3, load_prices(), setup.duration_s)
+    assert s["requests"] == n and s["p99_ms"] >= s["p50_ms"] > 0
+    assert all(v > 0 for v in s["dollars"].values())
+
+
+def test_drops_are_counted(setup):
+    tight = dataclasses.replace(setup, timeout_s=0.035)
+    run = simulate(tight, ["request_centric"])["request_centric"]
+    assert 0 < run.dropped.sum() < len(setup.stream)
+    assert int(np.isfinite(run.done).sum()) + int(run.dropped.sum()) == len(setup.stream)
+
+
+def test_policies_order_as_the_papers_argue(runs, setup):
+    prices = load_prices()
+    s = {n: r.summary(0.3, prices, setup.duration_s) for n, r in runs.items()}
+    # graph sharing aggregates fewer rows per request than one execution per request
+    assert (
+        s["gnn_faas"]["aggregated_rows_per_request"] < s["faas_gnn"]["aggregated_rows_per_request"]
+    )
+    assert s["gnn_faas"]["mean_sharing_degree"] > 0.2
+    # request-centric sizes memory for the largest request and launches per request
+    assert s["request_centric"]["cold_starts"] > s["gnn_faas"]["cold_starts"]
+    assert s["request_centric"]["gb_s"] > s["gnn_faas"]["gb_s"]
+
+
+def test_gnn_faas_runs_the_gateway_router(setup, runs, monkeypatch):
+    """A router that never joins an open buffer: no sharing, more executions."""
+    base = runs["gnn_faas"]
+    real = router_module.Router.route
+
+    def lonely(self, vertex_set, buffers):
+        free = next((i for i, b in enumerate(buffers) if b is None), -1)
+        return (free, 0.0) if free >= 0 else real(self, vertex_set, buffers)
+
+    monkeypatch.setattr(router_module.Router, "route", lonely)
+    swapped = simulate(setup, ["gnn_faas"])["gnn_faas"]
+    assert swapped.extra["buffers"] > base.extra["buffers"]
+    assert swapped.sharing.mean() < base.sharing.mean()
+
+
+def test_gnn_faas_runs_the_gateway_timeouts(setup, runs, monkeypatch):
+    """A configurator that always closes at once: buffers wait less."""
+    base = runs["gnn_faas"]
+    monkeypatch.setattr(DecisionTreeTimeoutConfigurator, "decide", lambda self, state: -1)
+    swapped = simulate(setup, ["gnn_faas"])["gnn_faas"]
+    assert swapped.buffer_wait.mean() < 0.8 * base.buffer_wait.mean()
+
+
+def test_gnn_faas_runs_the_gateway_queue(setup, runs):
+    """The request-centric queue (no cold-start bypass) instead of the load-aware one."""
+    base = runs["gnn_faas"]
+    assert setup.policy_cls is LoadAwarePolicy
+    other = simulate(dataclasses.replace(setup, policy_cls=RequestCentricPolicy), ["gnn_faas"])
+    assert not np.array_equal(other["gnn_faas"].done, base.done)
+
+
+def test_empty_window_is_an_error(bitcoin_graph, calibration):
+    from gnn_faas.errors import InvalidRequest
+
+    empty = Trace("x", np.zeros(0), np.zeros(0, np.int32), ("f",), 10.0)
+    with pytest.raises(InvalidRequest):
+        simulate(setup_simulation(empty, bitcoin_graph, calibration), ["gnn_faas"])
+
+
+def test_parallel_buffer_pass_matches_serial(bitcoin_graph, calibration):
+    """Forked slices (each replaying the seconds before it) give the serial result."""
+    from gnn_faas.traces.simulator import buffer_pass, parallel_buffer_pass
+
+    day = twitter.load_day(seed=0)
+    s = setup_simulation(day.window(40_000.0, 240.0), bitcoin_graph, calibration)
+    args = (s.stream, s.buffer_config, s.configurator, s.num_nodes)
+    serial = buffer_pass(*args)
+    par = parallel_buffer_pass(*args, workers=2, min_requests=1)
+    assert len(np.unique(par.execution)) == pytest.approx(
+        len(np.unique(serial.execution)), rel=0.01
+    )
+    same = np.isclose(par.close, serial.close)
+    assert same.mean() > 0.99
+    np.testing.assert_allclose(par.union[same].mean(), serial.union[same].mean(), rtol=0.01)
+
+
+def test_all_policies_with_forked_gnn_faas(setup, runs, monkeypatch):
+    """gnn_faas's forked buffer pass overlaps the other policies; results equal
+    the serial run's for every policy (one slice boundary aside)."""
+    from gnn_faas.traces import simulator
+
+    monkeypatch.setattr(simulator, "PARALLEL_MIN_REQUESTS", 1)
+    par = simulate(dataclasses.replace(setup, workers=2), POLICIES)
+    assert list(par) == list(POLICIES)
+    for name in POLICIES[1:]:
+        np.testing.assert_array_equal(par[name].done, runs[name].done)
+    g, s = par["gnn_faas"], runs["gnn_faas"]
+    assert np.isclose(g.buffer_wait, s.buffer_wait).mean() > 0.97
+    assert g.gb_s == pytest.approx(s.gb_s, rel=0.05)

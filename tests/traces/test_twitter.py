@@ -1,0 +1,40 @@
+"""Twitter trace: the per-second day and the raw hour; bad files named."""
+
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pytest
+
+from gnn_faas.traces import twitter
+from gnn_faas.traces.trace import TraceFormatError
+
+
+def test_day_keeps_counts_per_second():
+    counts = twitter.load_per_second()
+    day = twitter.load_day(seed=1)
+    assert day.requests == counts.sum() == 4_395_692
+    np.testing.assert_array_equal(np.bincount(day.arrivals.astype(int), minlength=86400), counts)
+
+
+def test_raw_hour_is_the_cumulative_sum(tmp_path):
+    hour = twitter.load_raw_hour()
+    assert hour.requests == 126_294
+    assert 3500 < hour.arrivals[-1] < 3700 and np.all(np.diff(hour.arrivals) >= 0)
+    p = tmp_path / "tw.gz"
+    with gzip.open(p, "wt") as f:
+        f.write("0.5\n0.25\n1.0\n")
+    np.testing.assert_allclose(twitter.load_raw_hour(p).arrivals, [0.0, 0.25, 1.25])
+
+
+def test_bad_files_are_named(tmp_path):
+    p = tmp_path / "tw.gz"
+    with gzip.open(p, "wt") as f:
+        f.write("0.5\n0.25\nabc\n")
+    with pytest.raises(TraceFormatError, match=r"tw\.gz, line 3: not an inter-arrival"):
+        twitter.load_raw_hour(p)
+    npz = tmp_path / "x.npz"
+    npz.write_bytes(b"not a zip")
+    with pytest.raises(TraceFormatError, match=r"x\.npz"):
+        twitter.load_per_second(npz)
