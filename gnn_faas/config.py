@@ -43,6 +43,10 @@ class GatewayConfig:
     threads: int = 32
     request_timeout_s: float = 30.0
     max_body_bytes: int = 16 * 1024 * 1024
+    # admission control (gateway/admission.py): shed when the predicted latency
+    # exceeds admission_headroom * SLO; admission: false admits everything
+    admission: bool = True
+    admission_headroom: float = 0.7
 
 
 @dataclass(frozen=True)

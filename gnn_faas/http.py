@@ -17,6 +17,7 @@ Helpers read frames and JSON bodies and build frame responses.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from typing import Any
@@ -72,7 +73,11 @@ def install(app: Flask, max_content_length: int = DEFAULT_MAX_BYTES) -> Flask:
 
     @app.errorhandler(GnnFaasError)
     def _gnn_faas_error(exc: GnnFaasError):
-        return error_response(str(exc) or type(exc).__name__, exc.http_status)
+        resp = error_response(str(exc) or type(exc).__name__, exc.http_status)
+        retry = getattr(exc, "retry_after_s", None)  # overload: when to come back
+        if retry is not None:
+            resp.headers["Retry-After"] = str(max(1, math.ceil(retry)))
+        return resp
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException):

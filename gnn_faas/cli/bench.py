@@ -19,6 +19,8 @@ BENCHMARKS = {
     "cache": "adaptive feature cache against a static top-degree cache (FaaS-GNN 4.3)",
     "coldstart": "function instances from process start to ready, and their memory",
     "e2e": "end to end over the Twitter trace: gnn_faas vs request-centric vs no sharing",
+    "overload": "stepped open-loop load: honest SLO counts, shedding, RSS per step",
+    "soak": "steady open-loop load for minutes: RSS slope per process after warm-up",
 }
 
 

@@ -243,7 +243,11 @@ class MemoryFunction:
         self.fetcher = KHopFetcher(self.graph)
         info = self.graph.info("features")
         self.feature_dim = int(np.prod(info.shape[1:], dtype=np.int64))
-        degree = self.graph.read_blob("degree") if self.graph.has("degree") else None
+        # the degree prior is read on demand (only for vertices offered to the
+        # cache): a dense copy would cost 4 bytes per vertex of the graph
+        has_degree = self.graph.has("degree") and cfg.degree_weight > 0
+        degree = (lambda ids: self.fetcher.read_rows("degree", ids)) if has_degree else None
+        max_degree = self.fetcher.blob_max("degree") if has_degree else None
         self.limit = detect_memory_limit(cfg.memory_mb)
         self.limit_bytes = int(self.limit.bytes / max(1, cfg.workers))
         self.predictor = load_predictor(cfg.predictor, cfg.graph, self.feature_dim)
@@ -254,6 +258,7 @@ class MemoryFunction:
             limit_bytes=self.limit_bytes,
             predictor=self.predictor,
             policy=cfg.policy(),
+            max_degree=max_degree,
         )
         # after every allocation of the start: what the worker holds before any request
         own = rss_bytes() if cfg.baseline_mb is None else int(cfg.baseline_mb * 2**20)

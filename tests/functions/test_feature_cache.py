@@ -46,8 +46,8 @@ def request_stream(fetcher: KHopFetcher, n: int, seed: int = 0):
 def resident_rows_are_correct(cache: FeatureCache, features: np.ndarray) -> None:
     nodes = cache.resident()
     assert np.unique(nodes).size == nodes.size == cache.rows <= cache._data.shape[0]
-    np.testing.assert_array_equal(cache.slot_of[nodes], np.arange(cache.rows))
-    assert np.count_nonzero(cache.slot_of >= 0) == cache.rows
+    np.testing.assert_array_equal(cache.slots(nodes), np.arange(cache.rows))
+    assert np.count_nonzero(cache.slots(np.arange(cache.num_nodes)) >= 0) == cache.rows
     np.testing.assert_array_equal(cache._data[: cache.rows], features[nodes])
 
 
@@ -89,7 +89,7 @@ def test_eviction_order_is_low_degree_and_low_recent_frequency():
     np.testing.assert_allclose(cache.value(np.arange(n)), freq + prior, rtol=1e-6)
     cache.get_rows(np.array([7]), load)  # 4th request: every count is halved
     freq[7] += 1
-    np.testing.assert_allclose(cache.freq, freq / 2)
+    np.testing.assert_allclose(cache.frequency(np.arange(n)), freq / 2)
     value = freq / 2 + prior
     for keep in (6, 4, 2, 1):
         cache.set_capacity(keep)
