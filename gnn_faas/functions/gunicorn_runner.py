@@ -19,6 +19,7 @@ returns 2.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -104,6 +105,10 @@ class FactoryApplication(BaseApplication):
             )
 
     def _post_fork(self, server, worker) -> None:
+        # a worker dies with its master, even a SIGKILLed one (no orphans)
+        from gnn_faas.scheduler.platform.parent_death import set_parent_death_signal
+
+        set_parent_death_signal(signal.SIGTERM)
         if self.post_fork_hook is not None:
             self.post_fork_hook(server, worker)
 
