@@ -45,6 +45,11 @@ table, from which a count is dropped once decay takes it below
 ``decay_every * log2(1 / FREQ_FLOOR)`` requests, bounded by the work), and the
 degree prior of a vertex is computed when it is offered for admission, from a
 ``degree`` array or a ``degree(ids)`` callable that reads the store on demand.
+With a callable and no ``max_degree`` (scanning a 100M-vertex degree blob at
+start would cost the memory this avoids), the normaliser is the largest degree
+read so far: slots keep ``log1p(degree)`` and values are computed with the
+current normaliser, so every comparison uses one scale; hubs are read early
+in power-law graphs, so it settles fast.
 One re-entrant lock guards every mutation.
 """
 
@@ -130,7 +135,8 @@ class FeatureCache:
     ``limit_bytes=None`` means no memory budget (capacity = ``policy.max_rows``);
     ``predictor=None`` falls back to :func:`analytic_peak`. ``degree``: an
     out-degree array of ``num_nodes`` entries, or a callable ``degree(ids)``
-    (read on demand) together with ``max_degree``.
+    (read on demand), optionally with ``max_degree`` (default: the largest
+    degree read so far).
     """
 
     def __init__(
@@ -156,12 +162,10 @@ class FeatureCache:
         self._slot_of = IdTable(np.int32)
         self._ghost = IdTable(np.float32)
         self._degree_of: Callable[[np.ndarray], np.ndarray] | None = None
-        self._log_top = 1.0
+        self._log_top = 0.0  # log1p(max degree); grows with the degrees read if unknown
         if degree is not None and self.policy.degree_weight > 0 and self.num_nodes > 0:
             if callable(degree):
-                if max_degree is None:
-                    raise InvalidRequest("a degree callable needs max_degree")
-                top = int(max_degree)
+                top = 0 if max_degree is None else int(max_degree)
                 self._degree_of = degree
             else:
                 arr = np.asarray(degree)
@@ -171,11 +175,11 @@ class FeatureCache:
                     )
                 top = int(arr.max()) if max_degree is None else int(max_degree)
                 self._degree_of = arr.__getitem__
-            self._log_top = float(np.log1p(max(top, 0))) or 1.0
+            self._log_top = float(np.log1p(max(top, 0)))
         self._data = np.empty((0, self.dim), dtype=np.float32)
         self._slot_node = np.empty(0, dtype=np.int64)
         self._slot_freq = np.empty(0, dtype=np.float32)
-        self._slot_prior = np.empty(0, dtype=np.float32)
+        self._slot_logd = np.empty(0, dtype=np.float32)  # log1p(out-degree) per slot
         self.rows = 0
         self.capacity_rows = self._row_cap(0)
         self.last_predicted_peak = 0
@@ -192,7 +196,7 @@ class FeatureCache:
     def bookkeeping_bytes(self) -> int:
         """Bytes of per-vertex state beside the rows (slots, ghosts): bounded by the
         cache and the recent work, never by the graph."""
-        per_slot = self._slot_node.nbytes + self._slot_freq.nbytes + self._slot_prior.nbytes
+        per_slot = self._slot_node.nbytes + self._slot_freq.nbytes + self._slot_logd.nbytes
         return int(per_slot + self._slot_of.nbytes + self._ghost.nbytes)
 
     def accounted_bytes(self, working_set: int) -> int:
@@ -221,13 +225,23 @@ class FeatureCache:
             "actual_peak_bytes": int(self.last_actual_peak),
         }
 
-    def prior(self, nodes: np.ndarray) -> np.ndarray:
-        """``degree_weight * log1p(out_degree) / log1p(max out_degree)`` of ``nodes``."""
-        nodes = np.asarray(nodes, dtype=np.int64)
+    def _log_degree(self, nodes: np.ndarray) -> np.ndarray:
+        """``log1p(out_degree)`` of ``nodes`` (read now; raises the normaliser)."""
         if self._degree_of is None or nodes.size == 0:
             return np.zeros(nodes.size, dtype=np.float32)
         deg = np.asarray(self._degree_of(nodes), dtype=np.float64).clip(min=0)
-        return (self.policy.degree_weight * np.log1p(deg) / self._log_top).astype(np.float32)
+        logd = np.log1p(deg)
+        self._log_top = max(self._log_top, float(logd.max()))
+        return logd.astype(np.float32)
+
+    def _scale(self) -> float:
+        """``degree_weight / log1p(max out-degree)``: prior = scale * log1p(degree)."""
+        return self.policy.degree_weight / self._log_top if self._log_top > 0 else 0.0
+
+    def prior(self, nodes: np.ndarray) -> np.ndarray:
+        """``degree_weight * log1p(out_degree) / log1p(max out_degree)`` of ``nodes``."""
+        logd = self._log_degree(np.asarray(nodes, dtype=np.int64))
+        return (self._scale() * logd).astype(np.float32)
 
     def slots(self, ids: np.ndarray) -> np.ndarray:
         """Slot of each id (``-1``: not resident)."""
@@ -248,7 +262,7 @@ class FeatureCache:
         slots = self.slots(nodes)
         out = self._ghost.get(nodes, 0.0) + self.prior(nodes)
         hit = slots >= 0
-        out[hit] = self._slot_freq[slots[hit]] + self._slot_prior[slots[hit]]
+        out[hit] = self._slot_freq[slots[hit]] + self._scale() * self._slot_logd[slots[hit]]
         return out
 
     def resident(self) -> np.ndarray:
@@ -300,7 +314,7 @@ class FeatureCache:
             self._data = np.empty((0, self.dim), dtype=np.float32)
             self._slot_node = np.empty(0, dtype=np.int64)
             self._slot_freq = np.empty(0, dtype=np.float32)
-            self._slot_prior = np.empty(0, dtype=np.float32)
+            self._slot_logd = np.empty(0, dtype=np.float32)
             self._slot_of.clear()
 
     # -- lookups ---------------------------------------------------------------
@@ -419,7 +433,7 @@ class FeatureCache:
     def _resident_values(self, pinned: np.ndarray | None) -> np.ndarray:
         """Values of the residents by slot, ``inf`` for the pinned ones."""
         n = self.rows
-        vals = self._slot_freq[:n].astype(np.float64) + self._slot_prior[:n]
+        vals = self._slot_freq[:n].astype(np.float64) + self._scale() * self._slot_logd[:n]
         if pinned is not None and pinned.size:
             ps = self.slots(pinned)
             vals[ps[ps >= 0]] = np.inf
@@ -452,7 +466,7 @@ class FeatureCache:
         holes = np.flatnonzero(gone[:new_rows])
         movers = new_rows + np.flatnonzero(~gone[new_rows:])
         if holes.size:
-            for arr in (self._data, self._slot_node, self._slot_freq, self._slot_prior):
+            for arr in (self._data, self._slot_node, self._slot_freq, self._slot_logd):
                 arr[holes] = arr[movers]
             self._slot_of.put(self._slot_node[holes], holes.astype(np.int32))
         self._slot_node[new_rows : self.rows] = -1
@@ -469,7 +483,7 @@ class FeatureCache:
         # in-place realloc: no second copy of the cache is ever alive
         self._data.resize((rows, self.dim), refcheck=False)
         old = self._slot_node.size
-        for arr in (self._slot_node, self._slot_freq, self._slot_prior):
+        for arr in (self._slot_node, self._slot_freq, self._slot_logd):
             arr.resize(rows, refcheck=False)
         if rows > old:
             self._slot_node[old:] = -1
@@ -482,8 +496,8 @@ class FeatureCache:
         if ids.size == 0 or cap <= 0:
             return
         freq = self._ghost.get(ids, 0.0)
-        prior = self.prior(ids)
-        cand = freq.astype(np.float64) + prior
+        logd = self._log_degree(ids)  # first: it may raise the normaliser
+        cand = freq.astype(np.float64) + self._scale() * logd
         order = np.argsort(-cand, kind="stable")[:cap]
         free = max(0, cap - self.rows)
         take = order[:free]
@@ -511,7 +525,7 @@ class FeatureCache:
         self._data[slots] = rows[take]
         self._slot_node[slots] = ids[take]
         self._slot_freq[slots] = freq[take]
-        self._slot_prior[slots] = prior[take]
+        self._slot_logd[slots] = logd[take]
         self._slot_of.put(ids[take], slots.astype(np.int32))
         self._ghost.delete(ids[take])
         self.rows = need

@@ -106,9 +106,13 @@ class FactoryApplication(BaseApplication):
 
     def _post_fork(self, server, worker) -> None:
         # a worker dies with its master, even a SIGKILLed one (no orphans)
-        from gnn_faas.scheduler.platform.parent_death import set_parent_death_signal
+        from gnn_faas.scheduler.platform.parent_death import (
+            limit_malloc_arenas,
+            set_parent_death_signal,
+        )
 
         set_parent_death_signal(signal.SIGTERM)
+        limit_malloc_arenas(2)  # threads x varying buffers: bounded fragmentation
         if self.post_fork_hook is not None:
             self.post_fork_hook(server, worker)
 

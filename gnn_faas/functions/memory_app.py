@@ -245,10 +245,11 @@ class MemoryFunction:
         info = self.graph.info("features")
         self.feature_dim = int(np.prod(info.shape[1:], dtype=np.int64))
         # the degree prior is read on demand (only for vertices offered to the
-        # cache): a dense copy would cost 4 bytes per vertex of the graph
+        # cache) and normalised by the largest degree read so far: a dense copy,
+        # or a scan for the maximum, would cost memory (and reads) in proportion
+        # to the graph's vertex count
         has_degree = self.graph.has("degree") and cfg.degree_weight > 0
         degree = (lambda ids: self.fetcher.read_rows("degree", ids)) if has_degree else None
-        max_degree = self.fetcher.blob_max("degree") if has_degree else None
         self.limit = detect_memory_limit(cfg.memory_mb)
         self.limit_bytes = int(self.limit.bytes / max(1, cfg.workers))
         self.predictor = load_predictor(cfg.predictor, cfg.graph, self.feature_dim)
@@ -259,7 +260,6 @@ class MemoryFunction:
             limit_bytes=self.limit_bytes,
             predictor=self.predictor,
             policy=cfg.policy(),
-            max_degree=max_degree,
         )
         # Peaks are measured with tracemalloc (feature_cache.measure_peak). It runs
         # from here on and is never stopped: starting and stopping it around every

@@ -229,20 +229,6 @@ class KHopFetcher:
         raw = self.reader.read(self.graph.path(key), ids * rb, ids * rb + rb)
         return raw.view(info.dtype).reshape(ids.size, *info.shape[1:])
 
-    def blob_max(self, key: str, chunk_rows: int = 1 << 20) -> int:
-        """Largest entry of a 1-D blob, scanned ``chunk_rows`` at a time (memory
-        bounded by the chunk, not by the graph)."""
-        info = self.graph.info(key)
-        n = int(info.shape[0])
-        path = self.graph.path(key)
-        rb = info.row_bytes
-        top = 0
-        for lo in range(0, n, chunk_rows):
-            hi = min(n, lo + chunk_rows)
-            part = self.reader.read(path, np.array([lo * rb]), np.array([hi * rb]))
-            top = max(top, int(part.view(info.dtype).max()))
-        return top
-
     # -- features ------------------------------------------------------------
     def read_features(self, ids: np.ndarray, stats: FetchStats | None = None) -> np.ndarray:
         """Feature rows of ``ids`` (global), in the given order, as float32."""
