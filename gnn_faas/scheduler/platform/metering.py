@@ -19,7 +19,7 @@ than recompute them). All times come from the platform's clock, so a
 
 Memory stays bounded however long the platform serves: an instance's busy
 intervals live in two float arrays, and intervals that ended more than
-``retention_s`` (default 600 s) ago are folded into one total (their seconds
+``retention_s`` (default 300 s) ago are folded into one total (their seconds
 and the span they covered). A report whose window covers the folded span
 (every default report, and any window within the last ``retention_s``) is
 exact; a window cutting through it gets the folded seconds pro rata.
@@ -158,7 +158,7 @@ def _overlap(a: float, b: float, lo: float, hi: float) -> float:
 class Meter:
     """Records instance lifecycles and busy intervals; thread-safe."""
 
-    def __init__(self, clock: Clock, retention_s: float = 600.0):
+    def __init__(self, clock: Clock, retention_s: float = 300.0):
         self.clock = clock
         self.retention_s = float(retention_s)
         self._records: dict[str, _Record] = {}
