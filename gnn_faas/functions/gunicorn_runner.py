@@ -112,7 +112,10 @@ class FactoryApplication(BaseApplication):
         )
 
         set_parent_death_signal(signal.SIGTERM)
-        limit_malloc_arenas(2)  # threads x varying buffers: bounded fragmentation
+        if self.server_config.role != "gateway":
+            # a function's few threads x varying buffers: bounded fragmentation (the
+            # gateway's many threads would contend for two arenas)
+            limit_malloc_arenas(2)
         if self.post_fork_hook is not None:
             self.post_fork_hook(server, worker)
 

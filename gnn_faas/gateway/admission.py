@@ -72,7 +72,7 @@ class AdmissionController:
         clock: Clock | None = None,
         headroom: float = 0.7,
         enabled: bool = True,
-        initial_limit: float = 8.0,
+        initial_limit: float = 16.0,
         min_limit: float = 1.0,
         max_limit: float = 256.0,
         backoff: float = 0.75,
