@@ -50,6 +50,10 @@ class GatewayConfig:
     port: int = 8080
     threads: int = 32
     request_timeout_s: float = 30.0
+    # admission control (gateway/admission.py): shed when the predicted latency
+    # exceeds admission_headroom * SLO; admission: false admits everything
+    admission: bool = True
+    admission_headroom: float = 0.7
 
 
 @dataclass(frozen=True)

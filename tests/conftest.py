@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import tracemalloc
 import uuid
 from collections.abc import Iterator
 
@@ -18,6 +19,17 @@ import pytest
 
 from tests.docker_engine import docker_engine
 from tests.servers import moto_server, redis_server
+
+
+@pytest.fixture(autouse=True)
+def _tracemalloc_isolated() -> Iterator[None]:
+    """A memory function built in-process starts tracemalloc for good (it measures
+    request peaks); stop it after the test so later tests see the state they expect."""
+    tracing = tracemalloc.is_tracing()
+    yield
+    if not tracing and tracemalloc.is_tracing():
+        tracemalloc.stop()
+
 
 S3_BUCKET = "gnn-faas-tests"
 STORE_KINDS = ["file", "s3", "redis"]

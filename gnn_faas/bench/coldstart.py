@@ -6,7 +6,12 @@ from just before the process is spawned to the first 200 of
 ``/v2/health/ready`` (polled every 5 ms); ``*_rss_mib`` is the resident memory
 of the instance's whole process tree (gunicorn master + workers, psutil)
 right after it is ready; ``*_pss_mib`` the same with shared pages split
-between the processes (what a cgroup charges is close to this). Each figure
+between the processes (what a cgroup charges is close to this);
+``*_worker_rss_mib`` the worker alone (the gunicorn master is a small
+supervisor). ``--graph`` picks the graph (with ``--store``, any ingested
+graph): ``num_nodes`` and ``num_edges`` are reported beside the figures, so
+runs on graphs of different sizes show whether an idle instance's memory grows
+with the graph (issue 7: it must not). Each figure
 is the median of ``--runs`` cold starts; the instance is stopped with SIGTERM
 after each (``*_stop_s``: SIGTERM to exit).
 
@@ -60,16 +65,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def tree_memory(pid: int) -> tuple[int, int]:
-    """``(rss, pss)`` bytes summed over a process and its descendants."""
+def tree_memory(pid: int) -> tuple[int, int, int]:
+    """``(rss, pss)`` bytes summed over a process and its descendants, and the
+    largest RSS of one descendant (the worker)."""
     import psutil
 
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
-        return 0, 0
-    rss = pss = 0
+        return 0, 0, 0
+    rss = pss = worker = 0
     for p in procs:
         try:
             info = p.memory_full_info()
@@ -77,7 +83,9 @@ def tree_memory(pid: int) -> tuple[int, int]:
             continue
         rss += info.rss
         pss += getattr(info, "pss", info.rss)
-    return rss, pss
+        if p.pid != pid:
+            worker = max(worker, info.rss)
+    return rss, pss, worker
 
 
 def cold_start(argv: list[str], port: int, timeout: float) -> dict[str, float]:
@@ -108,11 +116,18 @@ def cold_start(argv: list[str], port: int, timeout: float) -> dict[str, float]:
             time.sleep(0.005)
         if ready is None:
             raise Unavailable(f"instance not ready after {timeout} s")
-        rss, pss = tree_memory(proc.pid)
+        time.sleep(0.5)  # let the worker settle: idle memory, not the start's transients
+        rss, pss, worker = tree_memory(proc.pid)
         t1 = time.perf_counter()
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
-        return {"ready_s": ready, "rss": rss, "pss": pss, "stop_s": time.perf_counter() - t1}
+        return {
+            "ready_s": ready,
+            "rss": rss,
+            "pss": pss,
+            "worker_rss": worker,
+            "stop_s": time.perf_counter() - t1,
+        }
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -169,13 +184,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "memory": ["serve", "memory", "--store", store, "--graph", args.graph],
             "compute": ["serve", "compute", "--model", model],
         }
-        out: dict[str, Any] = {"runs": args.runs, "graph": args.graph}
+        from gnn_faas.storage.format import open_graph
+
+        g = open_graph(store, args.graph)
+        out: dict[str, Any] = {
+            "runs": args.runs,
+            "graph": args.graph,
+            "num_nodes": g.num_nodes,
+            "num_edges": g.num_edges,
+        }
         for role, argv in roles.items():
             runs = [cold_start(argv, free_port(), args.timeout) for _ in range(args.runs)]
             med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
             out[f"{role}_ready_s"] = med["ready_s"]
             out[f"{role}_rss_mib"] = med["rss"] / 2**20
             out[f"{role}_pss_mib"] = med["pss"] / 2**20
+            out[f"{role}_worker_rss_mib"] = med["worker_rss"] / 2**20
             out[f"{role}_stop_s"] = med["stop_s"]
             out[f"{role}_ready_s_runs"] = [r["ready_s"] for r in runs]
         return out

@@ -20,6 +20,8 @@ BENCHMARKS = {
     "coldstart": "function instances from process start to ready, and their memory",
     "e2e": "end to end over the Twitter trace: gnn_faas vs request-centric vs no sharing",
     "srpe": "precomputed embeddings with selective recomputation vs exact serving (OMEGA)",
+    "overload": "stepped open-loop load: honest SLO counts, shedding, RSS per step",
+    "soak": "steady open-loop load for minutes: RSS slope per process after warm-up",
 }
 
 

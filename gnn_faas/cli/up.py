@@ -135,7 +135,11 @@ def _up(args: argparse.Namespace) -> int:
         threads=gw.threads,
         timeout=max(30, int(gw.request_timeout_s) * 2),
         graceful_timeout=15,
-        extra={"worker_exit": worker_exit},
+        # the accept stamp starts each request's latency (gateway/accept_clock.py)
+        extra={
+            "worker_exit": worker_exit,
+            "worker_class": "gnn_faas.gateway.accept_clock.AcceptStampWorker",
+        },
     )
     return serve(factory, server)
 

@@ -15,7 +15,9 @@ degree as a prior::
     value(v) = freq(v) + degree_weight * log1p(out_degree(v)) / log1p(max out_degree)
 
 or, with a sparse ``prior`` such as the top-k of Quiver's feature access
-probability (``prior: fap``), ``freq(v) + degree_weight * FAP(v) / max FAP``.
+probability (``prior: fap``), ``freq(v) + degree_weight * FAP(v) / max FAP``
+(0 for vertices outside the top-k). Either way a slot keeps its *raw* prior
+(``log1p(degree)`` or ``FAP``) and values use the current normaliser.
 
 ``freq`` counts the requests that read ``v`` (once per request); every
 ``decay_every`` requests ALL counts are halved, so the frequency is recent.
@@ -38,8 +40,22 @@ every request.
 
 Storage: rows live in one float32 array kept dense (slots ``[0, rows)``),
 grown on demand (``ndarray.resize``, never beyond the capacity) and compacted
-in place when rows leave; ``slot_of[v]`` (int32, -1 absent) makes a lookup one
-vectorised gather. One re-entrant lock guards every mutation.
+in place when rows leave. Beside each slot: its vertex, frequency and degree
+prior. Nothing is sized by the graph (an idle instance's memory must not grow
+with its vertex count): the slot of a resident vertex is found through an
+:class:`~gnn_faas.functions.id_table.IdTable` (vectorised hashing), the
+frequencies of vertices read but not resident ("ghosts") live in a second
+table, from which a count is dropped once decay takes it below
+``FREQ_FLOOR`` (so it holds the vertices read within the last
+``decay_every * log2(1 / FREQ_FLOOR)`` requests, bounded by the work), and the
+degree prior of a vertex is computed when it is offered for admission, from a
+``degree`` array or a ``degree(ids)`` callable that reads the store on demand.
+With a callable and no ``max_degree`` (scanning a 100M-vertex degree blob at
+start would cost the memory this avoids), the normaliser is the largest degree
+read so far: slots keep ``log1p(degree)`` and values are computed with the
+current normaliser, so every comparison uses one scale; hubs are read early
+in power-law graphs, so it settles fast.
+One re-entrant lock guards every mutation.
 """
 
 from __future__ import annotations
@@ -53,6 +69,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from gnn_faas.errors import InvalidRequest, Unavailable
+from gnn_faas.functions.id_table import IdTable
 from gnn_faas.functions.peak_predictor import PeakPredictor, RequestShape, analytic_peak
 
 T = TypeVar("T")
@@ -61,6 +78,10 @@ T = TypeVar("T")
 # every 128 requests beat 8..2048 there; the degree prior matters at cold start.
 DEFAULT_DECAY_EVERY = 128
 DEFAULT_DEGREE_WEIGHT = 0.5
+# a non-resident vertex's count is forgotten below this (after 6 halvings of one read)
+FREQ_FLOOR = 2.0**-6
+
+DegreeSource = np.ndarray | Callable[[np.ndarray], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -81,20 +102,6 @@ class CachePolicy:
             raise InvalidRequest("max_rows must be >= 0")
         if self.growth < 1.0:
             raise InvalidRequest("growth must be >= 1")
-
-
-def prior_from(prior: tuple[np.ndarray, np.ndarray], num_nodes: int, weight: float) -> np.ndarray:
-    """The value prior from sparse ``(ids, scores)`` (e.g. the top-k of Quiver's FAP):
-    ``weight * score / max score`` for those ids, 0 elsewhere, in place of the
-    log-degree term (same scale, so the frequency term still dominates)."""
-    ids, scores = (np.asarray(a) for a in prior)
-    out = np.zeros(num_nodes, dtype=np.float32)
-    if ids.size and weight > 0:
-        top = float(np.max(scores)) or 1.0
-        out[ids.astype(np.int64)] = (weight * np.asarray(scores, np.float64) / top).astype(
-            np.float32
-        )
-    return out
 
 
 @dataclass
@@ -131,18 +138,22 @@ class FeatureCache:
     """Feature rows of the most valuable vertices, within a memory budget.
 
     ``limit_bytes=None`` means no memory budget (capacity = ``policy.max_rows``);
-    ``predictor=None`` falls back to :func:`analytic_peak`.
+    ``predictor=None`` falls back to :func:`analytic_peak`. ``degree``: an
+    out-degree array of ``num_nodes`` entries, or a callable ``degree(ids)``
+    (read on demand), optionally with ``max_degree`` (default: the largest
+    degree read so far).
     """
 
     def __init__(
         self,
         num_nodes: int,
         dim: int,
-        degree: np.ndarray | None = None,
+        degree: DegreeSource | None = None,
         limit_bytes: int | None = None,
         predictor: PeakPredictor | None = None,
         policy: CachePolicy | None = None,
         baseline_bytes: int = 0,
+        max_degree: int | None = None,
         prior: tuple[np.ndarray, np.ndarray] | None = None,
     ):
         self.num_nodes = int(num_nodes)
@@ -154,23 +165,32 @@ class FeatureCache:
         self.baseline_bytes = int(baseline_bytes)
         self.lock = threading.RLock()
         self.stats = CacheStats()
-        self.slot_of = np.full(self.num_nodes, -1, dtype=np.int32)
-        self.freq = np.zeros(self.num_nodes, dtype=np.float32)
-        self._pinned = np.zeros(self.num_nodes, dtype=bool)
-        if degree is not None and len(degree) != self.num_nodes:
-            raise InvalidRequest(
-                f"degree has {len(degree)} entries, graph has {num_nodes} vertices"
-            )
-        if prior is not None:  # a sparse (ids, scores) prior, e.g. FAP's top-k: see prior_from
-            self.prior = prior_from(prior, self.num_nodes, self.policy.degree_weight)
-        elif degree is None or self.policy.degree_weight == 0 or self.num_nodes == 0:
-            self.prior = np.zeros(self.num_nodes, dtype=np.float32)
-        else:
-            logd = np.log1p(np.asarray(degree, dtype=np.float64).clip(min=0))
-            top = logd.max() or 1.0
-            self.prior = (self.policy.degree_weight * logd / top).astype(np.float32)
+        self._slot_of = IdTable(np.int32)
+        self._ghost = IdTable(np.float32)
+        self._degree_of: Callable[[np.ndarray], np.ndarray] | None = None
+        # normaliser of the raw prior: log1p(max degree), growing with the degrees read
+        # if unknown; or the largest score of a sparse prior
+        self._prior_top = 0.0
+        self._prior_table: IdTable | None = None  # sparse (ids -> score), e.g. FAP's top-k
+        if degree is not None and self.policy.degree_weight > 0 and self.num_nodes > 0:
+            if callable(degree):
+                top = 0 if max_degree is None else int(max_degree)
+                self._degree_of = degree
+            else:
+                arr = np.asarray(degree)
+                if len(arr) != self.num_nodes:
+                    raise InvalidRequest(
+                        f"degree has {len(arr)} entries, graph has {num_nodes} vertices"
+                    )
+                top = int(arr.max()) if max_degree is None else int(max_degree)
+                self._degree_of = arr.__getitem__
+            self._prior_top = float(np.log1p(max(top, 0)))
+        if prior is not None:
+            self._set_prior_table(prior)
         self._data = np.empty((0, self.dim), dtype=np.float32)
         self._slot_node = np.empty(0, dtype=np.int64)
+        self._slot_freq = np.empty(0, dtype=np.float32)
+        self._slot_raw = np.empty(0, dtype=np.float32)  # raw prior per slot (see _raw_prior)
         self.rows = 0
         self.capacity_rows = self._row_cap(0)
         self.last_predicted_peak = 0
@@ -182,6 +202,13 @@ class FeatureCache:
     def bytes(self) -> int:
         """Bytes the cache holds (its allocated row array)."""
         return int(self._data.nbytes)
+
+    @property
+    def bookkeeping_bytes(self) -> int:
+        """Bytes of per-vertex state beside the rows (slots, ghosts): bounded by the
+        cache and the recent work, never by the graph."""
+        per_slot = self._slot_node.nbytes + self._slot_freq.nbytes + self._slot_raw.nbytes
+        return int(per_slot + self._slot_of.nbytes + self._ghost.nbytes)
 
     def accounted_bytes(self, working_set: int) -> int:
         return self.baseline_bytes + self.bytes + int(working_set)
@@ -201,22 +228,93 @@ class FeatureCache:
             "capacity_rows": int(self.capacity_rows),
             "rows": int(self.rows),
             "bytes": self.bytes,
+            "bookkeeping_bytes": self.bookkeeping_bytes,
+            "ghosts": len(self._ghost),
             "baseline_bytes": self.baseline_bytes,
             "limit_bytes": self.limit_bytes,
             "predicted_peak_bytes": int(self.last_predicted_peak),
             "actual_peak_bytes": int(self.last_actual_peak),
         }
 
+    def _set_prior_table(self, prior: tuple[np.ndarray, np.ndarray]) -> None:
+        ids, scores = (np.asarray(a) for a in prior)
+        table = IdTable(np.float32, capacity=2 * max(1, ids.size))
+        table.put(ids.astype(np.int64), scores.astype(np.float32))
+        self._prior_table = table
+        self._prior_top = float(np.max(scores)) if scores.size else 0.0
+        self._degree_of = None
+
+    def _raw_prior(self, nodes: np.ndarray) -> np.ndarray:
+        """The raw prior of ``nodes``: their sparse prior's score (0 outside it), or
+        ``log1p(out_degree)`` (read now; raises the normaliser)."""
+        if self._prior_table is not None:
+            return self._prior_table.get(nodes, 0.0).astype(np.float32)
+        if self._degree_of is None or nodes.size == 0:
+            return np.zeros(nodes.size, dtype=np.float32)
+        deg = np.asarray(self._degree_of(nodes), dtype=np.float64).clip(min=0)
+        logd = np.log1p(deg)
+        self._prior_top = max(self._prior_top, float(logd.max()))
+        return logd.astype(np.float32)
+
+    def _scale(self) -> float:
+        """``degree_weight / log1p(max out-degree)``: prior = scale * log1p(degree)."""
+        return self.policy.degree_weight / self._prior_top if self._prior_top > 0 else 0.0
+
+    def prior(self, nodes: np.ndarray) -> np.ndarray:
+        """``degree_weight * raw / top`` of ``nodes``: the normalised log-degree or
+        sparse prior (see the module docstring)."""
+        logd = self._raw_prior(np.asarray(nodes, dtype=np.int64))
+        return (self._scale() * logd).astype(np.float32)
+
+    def slots(self, ids: np.ndarray) -> np.ndarray:
+        """Slot of each id (``-1``: not resident)."""
+        return self._slot_of.get(np.asarray(ids, dtype=np.int64), -1).astype(np.int64)
+
+    def frequency(self, ids: np.ndarray) -> np.ndarray:
+        """The (decayed) count of requests that read each id."""
+        ids = np.asarray(ids, dtype=np.int64)
+        slots = self.slots(ids)
+        out = self._ghost.get(ids, 0.0)
+        hit = slots >= 0
+        out[hit] = self._slot_freq[slots[hit]]
+        return out
+
     def value(self, nodes: np.ndarray) -> np.ndarray:
         """``freq + degree prior`` of ``nodes`` (see the module docstring)."""
-        return self.freq[nodes] + self.prior[nodes]
+        nodes = np.asarray(nodes, dtype=np.int64)
+        slots = self.slots(nodes)
+        out = self._ghost.get(nodes, 0.0) + self.prior(nodes)
+        hit = slots >= 0
+        out[hit] = self._slot_freq[slots[hit]] + self._scale() * self._slot_raw[slots[hit]]
+        return out
+
+    def set_prior(self, prior: tuple[np.ndarray, np.ndarray]) -> None:
+        """Replace the prior by a fresh sparse ``(ids, scores)`` (e.g. FAP recomputed
+        over recent requests); residents are re-ranked from then on."""
+        with self.lock:
+            self._set_prior_table(prior)
+            n = self.rows
+            self._slot_raw[:n] = self._raw_prior(self._slot_node[:n])
+
+    def warm(self, ids: np.ndarray, loader: Callable[[np.ndarray], np.ndarray]) -> int:
+        """Load the rows of ``ids`` (best first, e.g. the top of the prior) into
+        free capacity before any request: a new instance starts warm. Not
+        counted as lookups. Returns the rows admitted."""
+        with self.lock:
+            ids = np.asarray(ids, dtype=np.int64)
+            ids = ids[~self.contains(ids)][: max(0, self.capacity_rows - self.rows)]
+            if ids.size == 0:
+                return 0
+            before = self.stats.admissions
+            self._admit(ids, np.asarray(loader(ids), np.float32).reshape(-1, self.dim), None)
+            return self.stats.admissions - before
 
     def resident(self) -> np.ndarray:
         """Global ids of the cached vertices (slot order)."""
         return self._slot_node[: self.rows].copy()
 
     def contains(self, ids: np.ndarray) -> np.ndarray:
-        return self.slot_of[np.asarray(ids, dtype=np.int64)] >= 0
+        return self._slot_of.contains(np.asarray(ids, dtype=np.int64))
 
     # -- capacity --------------------------------------------------------------
     def predict_peak(self, shape: RequestShape | None) -> int:
@@ -249,41 +347,19 @@ class FeatureCache:
         with self.lock:
             self.capacity_rows = int(rows)
             if self.rows > self.capacity_rows:
-                self._mark_pinned(pinned, True)
-                try:
-                    self._evict_lowest(self.rows - self.capacity_rows)
-                finally:
-                    self._mark_pinned(pinned, False)
+                self._evict_lowest(self.rows - self.capacity_rows, pinned)
             self._fit_allocation()
 
     def clear(self) -> None:
         """Drop every row and release the memory (counts are kept: they are history)."""
         with self.lock:
             if self.rows:
-                self.slot_of[self._slot_node[: self.rows]] = -1
-                self.stats.evictions += self.rows
-            self.rows = 0
+                self._remove_slots(np.arange(self.rows))
             self._data = np.empty((0, self.dim), dtype=np.float32)
             self._slot_node = np.empty(0, dtype=np.int64)
-
-    def set_prior(self, prior: tuple[np.ndarray, np.ndarray]) -> None:
-        """Replace the prior by a fresh sparse ``(ids, scores)`` (e.g. FAP recomputed
-        over recent requests); residents are re-ranked from then on."""
-        with self.lock:
-            self.prior = prior_from(prior, self.num_nodes, self.policy.degree_weight)
-
-    def warm(self, ids: np.ndarray, loader: Callable[[np.ndarray], np.ndarray]) -> int:
-        """Load the rows of ``ids`` (best first, e.g. the top of the prior) into
-        free capacity before any request: a new instance starts warm. Not
-        counted as lookups. Returns the rows admitted."""
-        with self.lock:
-            ids = np.asarray(ids, dtype=np.int64)
-            ids = ids[self.slot_of[ids] < 0][: max(0, self.capacity_rows - self.rows)]
-            if ids.size == 0:
-                return 0
-            before = self.stats.admissions
-            self._admit(ids, np.asarray(loader(ids), np.float32).reshape(-1, self.dim), None)
-            return self.stats.admissions - before
+            self._slot_freq = np.empty(0, dtype=np.float32)
+            self._slot_raw = np.empty(0, dtype=np.float32)
+            self._slot_of.clear()
 
     # -- lookups ---------------------------------------------------------------
     def get_rows(self, ids: np.ndarray, loader: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
@@ -293,7 +369,7 @@ class FeatureCache:
         (deferred to the end of the request inside :meth:`run`)."""
         ids = np.asarray(ids, dtype=np.int64)
         with self.lock:
-            slots = self.slot_of[ids]
+            slots = self.slots(ids)
             hit = slots >= 0
             n_hit = int(np.count_nonzero(hit))
             out = np.empty((ids.size, self.dim), dtype=np.float32)
@@ -314,7 +390,7 @@ class FeatureCache:
             s.lookups += int(ids.size)
             s.hits += n_hit
             s.misses += int(ids.size) - n_hit
-            self._touch(ids)
+            self._touch(slots[hit], miss_u)
             if self._deferred is not None:
                 self._deferred.append((miss_u, miss_rows))
             else:
@@ -386,31 +462,32 @@ class FeatureCache:
                 self._tick()
 
     # -- internals (call with the lock held) -------------------------------------
-    def _touch(self, ids: np.ndarray) -> None:
-        # once per request and vertex: mark, then add 1 where marked
-        mark = np.zeros(self.num_nodes, dtype=bool) if ids.size > self.num_nodes // 64 else None
-        if mark is not None:
-            mark[ids] = True
-            self.freq[mark] += 1.0
-        else:
-            self.freq[np.unique(ids)] += 1.0
+    def _touch(self, hit_slots: np.ndarray, miss_ids: np.ndarray) -> None:
+        # once per request and vertex: residents count in their slot, the rest as ghosts
+        if hit_slots.size:
+            self._slot_freq[np.unique(hit_slots)] += 1.0
+        self._ghost.add(miss_ids, 1.0)
 
     def _tick(self) -> None:
         self.stats.requests += 1
         if self.stats.requests % self.policy.decay_every == 0:
-            self.freq *= 0.5
+            self._slot_freq[: self.rows] *= 0.5
+            self._ghost.scale(0.5, floor=FREQ_FLOOR)
 
-    def _mark_pinned(self, pinned: np.ndarray | None, on: bool) -> None:
+    def _resident_values(self, pinned: np.ndarray | None) -> np.ndarray:
+        """Values of the residents by slot, ``inf`` for the pinned ones."""
+        n = self.rows
+        vals = self._slot_freq[:n].astype(np.float64) + self._scale() * self._slot_raw[:n]
         if pinned is not None and pinned.size:
-            self._pinned[pinned] = on
+            ps = self.slots(pinned)
+            vals[ps[ps >= 0]] = np.inf
+        return vals
 
-    def _evict_lowest(self, k: int) -> None:
+    def _evict_lowest(self, k: int, pinned: np.ndarray | None = None) -> None:
         """Evict the ``k`` lowest-value unpinned rows (fewer if pinned rows block)."""
         if k <= 0 or self.rows == 0:
             return
-        nodes = self._slot_node[: self.rows]
-        vals = self.value(nodes).astype(np.float64)
-        vals[self._pinned[nodes]] = np.inf
+        vals = self._resident_values(pinned)
         k = min(k, int(np.count_nonzero(np.isfinite(vals))))
         if k == 0:
             return
@@ -418,20 +495,24 @@ class FeatureCache:
         self._remove_slots(victims)
 
     def _remove_slots(self, victims: np.ndarray) -> None:
-        """Remove rows at slots ``victims`` and compact: live rows from the tail
-        move into the holes below the new row count (vectorised)."""
+        """Remove rows at slots ``victims`` (their counts become ghosts) and compact:
+        live rows from the tail move into the holes below the new row count."""
         if victims.size == 0:
             return
-        self.slot_of[self._slot_node[victims]] = -1
+        gone_nodes = self._slot_node[victims]
+        freq = self._slot_freq[victims]
+        keep = freq >= FREQ_FLOOR
+        self._slot_of.delete(gone_nodes)
+        self._ghost.put(gone_nodes[keep], freq[keep])
         new_rows = self.rows - victims.size
         gone = np.zeros(self.rows, dtype=bool)
         gone[victims] = True
         holes = np.flatnonzero(gone[:new_rows])
         movers = new_rows + np.flatnonzero(~gone[new_rows:])
         if holes.size:
-            self._data[holes] = self._data[movers]
-            self._slot_node[holes] = self._slot_node[movers]
-            self.slot_of[self._slot_node[holes]] = holes.astype(np.int32)
+            for arr in (self._data, self._slot_node, self._slot_freq, self._slot_raw):
+                arr[holes] = arr[movers]
+            self._slot_of.put(self._slot_node[holes], holes.astype(np.int32))
         self._slot_node[new_rows : self.rows] = -1
         self.rows = new_rows
         self.stats.evictions += int(victims.size)
@@ -446,7 +527,8 @@ class FeatureCache:
         # in-place realloc: no second copy of the cache is ever alive
         self._data.resize((rows, self.dim), refcheck=False)
         old = self._slot_node.size
-        self._slot_node.resize(rows, refcheck=False)
+        for arr in (self._slot_node, self._slot_freq, self._slot_raw):
+            arr.resize(rows, refcheck=False)
         if rows > old:
             self._slot_node[old:] = -1
 
@@ -457,20 +539,16 @@ class FeatureCache:
         cap = self.capacity_rows
         if ids.size == 0 or cap <= 0:
             return
-        cand = self.value(ids).astype(np.float64)
+        freq = self._ghost.get(ids, 0.0)
+        logd = self._raw_prior(ids)  # first: it may raise the normaliser
+        cand = freq.astype(np.float64) + self._scale() * logd
         order = np.argsort(-cand, kind="stable")[:cap]
         free = max(0, cap - self.rows)
         take = order[:free]
         rest = order[free:]
         victims = np.empty(0, dtype=np.int64)
         if rest.size and self.rows:
-            self._mark_pinned(pinned, True)
-            try:
-                nodes = self._slot_node[: self.rows]
-                vals = self.value(nodes).astype(np.float64)
-                vals[self._pinned[nodes]] = np.inf
-            finally:
-                self._mark_pinned(pinned, False)
+            vals = self._resident_values(pinned)
             k = min(rest.size, int(np.count_nonzero(np.isfinite(vals))))
             if k:
                 low = np.argpartition(vals, k - 1)[:k] if k < vals.size else np.arange(vals.size)
@@ -490,6 +568,9 @@ class FeatureCache:
         slots = np.arange(self.rows, need)
         self._data[slots] = rows[take]
         self._slot_node[slots] = ids[take]
-        self.slot_of[ids[take]] = slots.astype(np.int32)
+        self._slot_freq[slots] = freq[take]
+        self._slot_raw[slots] = logd[take]
+        self._slot_of.put(ids[take], slots.astype(np.int32))
+        self._ghost.delete(ids[take])
         self.rows = need
         self.stats.admissions += int(take.size)

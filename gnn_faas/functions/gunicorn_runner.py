@@ -25,6 +25,7 @@ returns 2.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -129,6 +130,17 @@ class FactoryApplication(BaseApplication):
         return {"child_exit": child_exit}
 
     def _post_fork(self, server, worker) -> None:
+        # a worker dies with its master, even a SIGKILLed one (no orphans)
+        from gnn_faas.scheduler.platform.parent_death import (
+            limit_malloc_arenas,
+            set_parent_death_signal,
+        )
+
+        set_parent_death_signal(signal.SIGTERM)
+        if self.server_config.role != "gateway":
+            # a function's few threads x varying buffers: bounded fragmentation (the
+            # gateway's many threads would contend for two arenas)
+            limit_malloc_arenas(2)
         if self.post_fork_hook is not None:
             self.post_fork_hook(server, worker)
 

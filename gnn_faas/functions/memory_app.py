@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tracemalloc
 from dataclasses import dataclass
 from typing import Any
 
@@ -250,7 +251,12 @@ class MemoryFunction:
         self.fetcher = KHopFetcher(self.graph)
         info = self.graph.info("features")
         self.feature_dim = int(np.prod(info.shape[1:], dtype=np.int64))
-        degree = self.graph.read_blob("degree") if self.graph.has("degree") else None
+        # the degree prior is read on demand (only for vertices offered to the
+        # cache) and normalised by the largest degree read so far: a dense copy,
+        # or a scan for the maximum, would cost memory (and reads) in proportion
+        # to the graph's vertex count
+        has_degree = self.graph.has("degree") and cfg.degree_weight > 0
+        degree = (lambda ids: self.fetcher.read_rows("degree", ids)) if has_degree else None
         self.limit = detect_memory_limit(cfg.memory_mb)
         self.limit_bytes = int(self.limit.bytes / max(1, cfg.workers))
         self.predictor = load_predictor(cfg.predictor, cfg.graph, self.feature_dim)
@@ -264,6 +270,13 @@ class MemoryFunction:
             policy=cfg.policy(),
             prior=prior,
         )
+        # Peaks are measured with tracemalloc (feature_cache.measure_peak). It runs
+        # from here on and is never stopped: starting and stopping it around every
+        # request leaked about 1 MB per 200 requests (issue 7, item 9), while one
+        # session traces only what is allocated after start (requests, cache
+        # rows), not the modules and graph state allocated before.
+        if not tracemalloc.is_tracing():
+            tracemalloc.start()
         # after every allocation of the start: what the worker holds before any request
         own = rss_bytes() if cfg.baseline_mb is None else int(cfg.baseline_mb * 2**20)
         self.cache.set_baseline(own + int(cfg.reserve_mb * 2**20))

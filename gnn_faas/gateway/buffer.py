@@ -34,7 +34,7 @@ import numpy as np
 from gnn_faas.gateway.sharing import union_sharing_degree
 
 FEATURES = ("R", "S", "N", "Q", "K")
-REASONS = ("timeout", "decision", "full", "deadline", "shutdown")
+REASONS = ("timeout", "decision", "fast_path", "full", "deadline", "shutdown")
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,9 @@ class ClosedBuffer:
     ``sharing_degree = 1 − union_size / total_vertices`` (union-based, as the
     buffer state's ``S``); ``reason`` is why it closed: ``"timeout"`` (its
     deadline or Tmax passed), ``"decision"`` (the configurator chose −1),
-    ``"full"`` (request or vertex capacity), ``"deadline"`` (a request's SLO
+    ``"fast_path"`` (a lone request with no arrival expected, see
+    :class:`~gnn_faas.gateway.timeout_configurator.FastPath`), ``"full"``
+    (request or vertex capacity), ``"deadline"`` (a request's SLO
     budget ran out first), ``"shutdown"`` (flushed).
     """
 

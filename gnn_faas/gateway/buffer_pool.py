@@ -48,6 +48,7 @@ from gnn_faas.gateway.router import Router
 from gnn_faas.gateway.sharing import SharingIndex, as_vertex_set
 from gnn_faas.gateway.timeout_configurator import (
     DECISION_CLOSE,
+    FastPath,
     TimeoutConfigurator,
     TimeoutParams,
 )
@@ -78,6 +79,8 @@ class BufferConfig:
     best sharing degree is at most this (0: only when it shares nothing).
     ``rate_time_constant_s``: time constant of the arrival-rate feature ``Q``.
     ``max_moves``: bound on global moves per decision round.
+    ``fast_path_arrivals``: a lone request's buffer closes at once when fewer
+    arrivals than this are expected within Tmax (``FastPath``; 0: off).
     """
 
     num_buffers: int = 4
@@ -95,6 +98,7 @@ class BufferConfig:
     open_below: float = 0.0
     rate_time_constant_s: float = 1.0
     max_moves: int = 16
+    fast_path_arrivals: float = 1.0
 
     def __post_init__(self) -> None:
         if self.num_buffers < 1:
@@ -186,6 +190,7 @@ class BufferPoolState:
         self.emptied_by_moves = 0
         self.reasons: Counter[str] = Counter()
         self.decision_counts: Counter[int] = Counter()
+        self.fast_path = FastPath(config.fast_path_arrivals)
 
     # -- queries -------------------------------------------------------------------
     def open_buffers(self) -> list[Buffer]:
@@ -236,7 +241,11 @@ class BufferPoolState:
         self.index.add(slot, u)
         b.union_size = int(self.index.sizes[slot])
         self.location[request.id] = slot
-        if self._is_full(b):
+        if self._fast(b, now):
+            b.decisions.append(DECISION_CLOSE)
+            self.decision_counts[DECISION_CLOSE] += 1
+            closed.append(self._close(slot, now, "fast_path"))
+        elif self._is_full(b):
             closed.append(self._close(slot, now, "full"))
         elif b.close_at <= now:
             closed.append(self._close(slot, now, b.close_reason()))
@@ -259,6 +268,11 @@ class BufferPoolState:
                 b.next_decision_at = now + self.config.tau
             if min(b.tmax_at, b.cap) <= now:
                 continue  # it must close now whatever the configurator says
+            if self._fast(b, now):  # ahead of the tree: no sharing can come
+                b.decisions.append(DECISION_CLOSE)
+                self.decision_counts[DECISION_CLOSE] += 1
+                closed.append(self._close(b.slot, now, "fast_path"))
+                continue
             state = b.state(now, self.rate.rate(now), self.config.slo_s)
             d = decide(b, state, now)
             decided = True
@@ -327,6 +341,12 @@ class BufferPoolState:
         return [self._close(b.slot, now, reason) for b in self.open_buffers()]
 
     # -- internals ---------------------------------------------------------------------
+    def _fast(self, b: Buffer, now: float) -> bool:
+        if self.fast_path.min_expected_arrivals <= 0:
+            return False
+        state = b.state(now, self.rate.rate(now), self.config.slo_s)
+        return self.fast_path.closes(state, self.config.tmax)
+
     def _is_full(self, b: Buffer) -> bool:
         c = self.config
         if b.num_requests >= c.max_requests_per_buffer:

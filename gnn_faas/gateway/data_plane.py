@@ -31,6 +31,8 @@ from gnn_faas.config import ModelServingConfig, ServingConfig
 from gnn_faas.errors import NotFound, Unavailable
 from gnn_faas.functions.checkpoint import load_config as load_model_config
 from gnn_faas.functions.layer_plan import ModelPlan
+from gnn_faas.gateway import accept_clock
+from gnn_faas.gateway.admission import AdmissionController, Overloaded
 from gnn_faas.gateway.buffer_pool import ClosedBuffer, MultiBufferPool
 from gnn_faas.gateway.inference_request import (
     InferenceRequest,
@@ -186,7 +188,11 @@ class ModelRuntime:
         self.request_executor = ThreadPoolExecutor(
             max_workers=serving.gateway.threads, thread_name_prefix=f"{m.name}-req"
         )
-        self.totals = {"requests": 0, "aggregated_rows": 0, "slo_violations": 0}
+        gw = serving.gateway
+        self.admission = AdmissionController(
+            m.slo_s, clock=self.clock, headroom=gw.admission_headroom, enabled=gw.admission
+        )
+        self.totals = {"requests": 0, "aggregated_rows": 0, "slo_violations": 0, "shed": 0}
         self._totals_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------
@@ -252,20 +258,48 @@ class ModelRuntime:
         }
 
     # -- request path --------------------------------------------------------------
-    def infer(self, body: bytes | dict | RawInferRequest) -> InferResponse:
-        """Answer one OIP request (counted by kind and outcome in the metrics)."""
+    def infer(
+        self, body: bytes | dict | RawInferRequest, accepted_at: float | None = None
+    ) -> InferResponse:
+        """Answer one OIP request (counted by kind and outcome in the metrics).
+
+        Latency and the SLO count run from ``accepted_at`` (clock time the server
+        took the request in; default: the serving worker's accept stamp under a
+        real clock, else now), so time queued before the handler counts. The
+        admission controller may shed the request first (:class:`Overloaded`,
+        503 + Retry-After): shed requests are counted apart, never as served."""
+        if accepted_at is None:
+            stamp = accept_clock.accepted_at() if isinstance(self.clock, RealClock) else None
+            accepted_at = self.clock.now() if stamp is None else stamp
+        decision = self.admission.decide(accepted_at)
+        if not decision.admit:
+            self.metrics.shed.labels(self.name).inc()
+            with self._totals_lock:
+                self.totals["shed"] += 1
+            raise Overloaded(
+                f"model {self.name!r} is overloaded: a request admitted now would take about "
+                f"{decision.predicted_s:.3f} s against an SLO of {self.m.slo_s} s; "
+                f"retry after {decision.retry_after_s} s",
+                decision.retry_after_s,
+            )
         kind = "unknown"  # the kind is known only once the body parsed
         try:
-            result, kind = self._infer(body)
+            result, kind, latency, queued = self._infer(body, accepted_at)
         except Exception:
+            self.admission.done(None)
             self.metrics.requests.labels(self.name, kind, "error").inc()
             raise
+        self.admission.done(latency, queued)
         self.metrics.requests.labels(self.name, kind, "ok").inc()
         return result
 
-    def _infer(self, body: bytes | dict | RawInferRequest) -> tuple[InferResponse, str]:
+    def _infer(
+        self, body: bytes | dict | RawInferRequest, accepted_at: float
+    ) -> tuple[InferResponse, str, float, float]:
+        """The answer, the request kind, its latency and time queued (seconds)."""
         t0 = time.perf_counter()
         arrival = self.clock.now()
+        queued = max(0.0, arrival - accepted_at)
         m = self.metrics
         with m.stage(self.name, "parse"):
             body, added = split_new_vertex_inputs(body)
@@ -306,20 +340,26 @@ class ModelRuntime:
             raise Unavailable(
                 f"model {self.name!r}: no answer within {self.serving.gateway.request_timeout_s} s"
             ) from None
-        latency = time.perf_counter() - t0
+        latency = max(0.0, self.clock.now() - accepted_at)
         m.request_seconds.labels(self.name).observe(latency)
+        m.stage_seconds.labels(self.name, "queued").observe(queued)
         late = latency > self.m.slo_s
         if late:
             m.slo_violations.labels(self.name).inc()
         with self._totals_lock:
             self.totals["requests"] += 1
             self.totals["slo_violations"] += int(late)
-        info = {**info, "latency_ms": latency * 1e3, "arrival_s": arrival}
+        info = {
+            **info,
+            "latency_ms": latency * 1e3,
+            "queued_ms": queued * 1e3,
+            "arrival_s": arrival,
+        }
         # only the outputs the client asked for; binary ones as binary tensor data
         response = InferResponse(
             self.name, req.id, req.select_outputs(outputs), info, req.binary_outputs
         )
-        return response, req.kind
+        return response, req.kind, latency, queued
 
     def _graph_of(self, targets: np.ndarray, overlay: GraphOverlay | None, stats: FetchStats):
         """The computation graph of ``targets``: the k-hop one, or with
@@ -489,6 +529,7 @@ class ModelRuntime:
             "mode": self.m.mode,
             "ready": self.ready(),
             "totals": dict(self.totals),
+            "admission": self.admission.as_dict(),
             "buffers": self.buffers.snapshot() if self.buffers is not None else [],
             "buffer_stats": self.buffers.stats if self.buffers is not None else {},
             "memory_pool": {**self.memory_pool.snapshot(), "stats": self.memory_pool.stats},

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
-STAGES = ("parse", "khop", "buffer_wait", "merge", "execute", "respond")
+STAGES = ("queued", "parse", "khop", "buffer_wait", "merge", "execute", "respond")
 
 
 class GatewayMetrics:
@@ -41,6 +41,12 @@ class GatewayMetrics:
         )
         self.slo_violations = Counter(
             "gnn_faas_slo_violations", "Requests answered after their SLO", ["model"], registry=r
+        )
+        self.shed = Counter(
+            "gnn_faas_requests_shed",
+            "Requests shed by admission control (503 + Retry-After), not served",
+            ["model"],
+            registry=r,
         )
         self.buffers_closed = Counter(
             "gnn_faas_buffers_closed",

@@ -28,6 +28,21 @@ executing the merged batch), ``τ = 0.1·SLO`` (30 ms: up to 5 decision points p
 buffer, each cheap next to a request's execution), ``i = 3`` (one decision
 may extend to Tmax from T0), ``α = 1``, ``β = 0.5`` (waiting the whole Tmax must
 buy at least 0.25 of sharing degree).
+
+The low-load fast path (:class:`FastPath`): a buffer waits only for requests
+that may share its vertices, so when none can come it must not wait at all.
+With ``N`` requests in the buffer and ``Q`` the recent arrival rate (both from
+the state vector), the expected number of arrivals before the buffer must
+close anyway is ``Q·Tmax``; a buffer holding a lone request closes at once when
+
+    N <= 1  and  Q·Tmax < min_expected_arrivals      (default 1)
+
+This is checked when a buffer opens (its first decision point, before T0)
+and at every later decision point, ahead of the tree: at 1 request/s and an
+SLO of 0.3 s (``Q·Tmax ≈ 0.15``) a request is executed as it arrives, as
+``request_centric`` would, while at 40 requests/s (``Q·Tmax ≈ 6``) buffers
+fill and share as before. The tree is fitted on the decision points the fast
+path leaves to it (``gnn-faas timeouts fit`` replays with the rule on).
 """
 
 from __future__ import annotations
@@ -94,6 +109,25 @@ class TimeoutConfigurator(Protocol):
     """What the buffer pool calls at each decision point."""
 
     def decide(self, state: np.ndarray) -> int: ...
+
+
+@dataclass(frozen=True)
+class FastPath:
+    """Close a lone request's buffer at once when no arrival is expected before
+    it would have to close anyway (module docstring). ``min_expected_arrivals
+    = 0`` turns the fast path off."""
+
+    min_expected_arrivals: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.min_expected_arrivals < 0:
+            raise ValueError("min_expected_arrivals must be >= 0")
+
+    def closes(self, state: np.ndarray, horizon_s: float) -> bool:
+        """True when the buffer with this ``(R, S, N, Q, K)`` state should close now;
+        ``horizon_s``: how long it could still wait (Tmax)."""
+        n, q = float(state[2]), float(state[3])
+        return n <= 1 and q * horizon_s < self.min_expected_arrivals
 
 
 class FixedTimeoutConfigurator:

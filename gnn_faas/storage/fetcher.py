@@ -250,6 +250,16 @@ class KHopFetcher:
             deg += overlay.in_degree(v)
         return deg
 
+    # -- per-vertex blobs ------------------------------------------------------
+    def read_rows(self, key: str, ids: np.ndarray) -> np.ndarray:
+        """Rows ``ids`` of a per-vertex blob (``degree``, ``labels``...) by ranged
+        reads: a function reads what its requests need, never the whole blob."""
+        info = self.graph.info(key)
+        ids = np.asarray(ids, dtype=np.int64)
+        rb = info.row_bytes
+        raw = self.reader.read(self.graph.path(key), ids * rb, ids * rb + rb)
+        return raw.view(info.dtype).reshape(ids.size, *info.shape[1:])
+
     # -- features ------------------------------------------------------------
     def read_features(
         self,

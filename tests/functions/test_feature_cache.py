@@ -46,8 +46,8 @@ def request_stream(fetcher: KHopFetcher, n: int, seed: int = 0):
 def resident_rows_are_correct(cache: FeatureCache, features: np.ndarray) -> None:
     nodes = cache.resident()
     assert np.unique(nodes).size == nodes.size == cache.rows <= cache._data.shape[0]
-    np.testing.assert_array_equal(cache.slot_of[nodes], np.arange(cache.rows))
-    assert np.count_nonzero(cache.slot_of >= 0) == cache.rows
+    np.testing.assert_array_equal(cache.slots(nodes), np.arange(cache.rows))
+    assert np.count_nonzero(cache.slots(np.arange(cache.num_nodes)) >= 0) == cache.rows
     np.testing.assert_array_equal(cache._data[: cache.rows], features[nodes])
 
 
@@ -89,7 +89,7 @@ def test_eviction_order_is_low_degree_and_low_recent_frequency():
     np.testing.assert_allclose(cache.value(np.arange(n)), freq + prior, rtol=1e-6)
     cache.get_rows(np.array([7]), load)  # 4th request: every count is halved
     freq[7] += 1
-    np.testing.assert_allclose(cache.freq, freq / 2)
+    np.testing.assert_allclose(cache.frequency(np.arange(n)), freq / 2)
     value = freq / 2 + prior
     for keep in (6, 4, 2, 1):
         cache.set_capacity(keep)
@@ -259,3 +259,41 @@ def test_capacity_follows_limit_minus_predicted_peak(features):
     cache.run(lambda: None, big, predicted_peak=0)
     assert cache.capacity_rows == 800
     resident_rows_are_correct(cache, features)
+
+
+def test_bookkeeping_is_bounded_by_the_work_not_the_graph():
+    """A billion-vertex graph: the cache's per-vertex state covers the vertices
+    read (slots and recent counts), with degrees read on demand."""
+    n, dim = 10**9, 4
+    reads = []
+
+    def degree(ids):
+        reads.append(ids.size)
+        return ids % 1000
+
+    cache = FeatureCache(n, dim, degree=degree, policy=CachePolicy(max_rows=2000, decay_every=4))
+    rng = np.random.default_rng(0)
+
+    def load(ids):
+        return np.repeat(ids.astype(np.float32)[:, None], dim, axis=1)
+
+    for _ in range(50):
+        ids = rng.integers(0, n, 300)
+        np.testing.assert_array_equal(cache.get_rows(ids, load)[:, 0], ids.astype(np.float32))
+    assert cache.rows == 2000
+    assert cache.bookkeeping_bytes < 2**20  # vs 13 bytes/vertex dense: 13 GB
+    assert len(cache._ghost) < 50 * 300  # counts below the floor were forgotten
+    assert sum(reads) <= 50 * 300  # degrees of the misses only
+
+
+def test_degree_normaliser_is_the_largest_degree_read_so_far():
+    n, dim = 100, 2
+    degree = np.arange(n) * 3
+    cache = FeatureCache(n, dim, degree=lambda ids: degree[ids], policy=CachePolicy(max_rows=n))
+    feats = np.zeros((n, dim), np.float32)
+    cache.get_rows(np.array([1, 2]), lambda ids: feats[ids])
+    np.testing.assert_allclose(cache.value(np.array([2])), 1 + 0.5, rtol=1e-6)
+    cache.get_rows(np.array([50]), lambda ids: feats[ids])  # a larger degree rescales all
+    top = np.log1p(150)
+    want = 1 + 0.5 * np.log1p(degree[[1, 2, 50]]) / top
+    np.testing.assert_allclose(cache.value(np.array([1, 2, 50])), want, rtol=1e-6)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gnn_faas.errors import NotFound
-from gnn_faas.functions.feature_cache import CachePolicy, FeatureCache, prior_from
+from gnn_faas.functions.feature_cache import CachePolicy, FeatureCache
 from gnn_faas.functions.memory_app import MemoryFunction, MemoryFunctionConfig
 from gnn_faas.storage.datasets import ensure_dataset
 from gnn_faas.storage.workload_metrics import compute_and_store
@@ -16,10 +16,13 @@ def loader(ids):
     return np.repeat(ids[:, None].astype(np.float32), 2, axis=1)
 
 
-def test_prior_from_sparse_scores():
-    p = prior_from((np.array([4, 1]), np.array([0.2, 0.4])), 6, 0.5)
-    np.testing.assert_allclose(p, [0, 0.5, 0, 0, 0.25, 0])
-    assert not prior_from((np.array([], np.int64), np.array([])), 3, 0.5).any()
+def test_sparse_prior_scores():
+    cache = FeatureCache(6, 2, policy=CachePolicy(degree_weight=0.5),
+                         prior=(np.array([4, 1]), np.array([0.2, 0.4])))  # fmt: skip
+    np.testing.assert_allclose(cache.prior(np.arange(6)), [0, 0.5, 0, 0, 0.25, 0])
+    empty = FeatureCache(3, 2, prior=(np.array([], np.int64), np.array([])))
+    assert not empty.prior(np.arange(3)).any()
+    assert empty.bookkeeping_bytes < 4096  # sparse: nothing sized by the graph
 
 
 def test_fap_prior_ranks_admission_and_warms():

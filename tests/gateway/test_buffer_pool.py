@@ -3,6 +3,7 @@ global moves, and every request delivered exactly once."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import Counter
 
@@ -40,11 +41,16 @@ class Recorder:
         self.closed.append(cb)
 
 
-def make_pool(config=None, decision=0, num_nodes=100, history=None):
+def make_pool(config=None, decision=0, num_nodes=100, history=None, fast_path=False):
+    """A pool on a fake clock; the low-load fast path is off unless asked for:
+    these tests drive buffers with a few sparse requests on purpose."""
     clock = FakeClock(100.0)
     rec = Recorder()
+    config = config or BufferConfig()
+    if not fast_path:
+        config = dataclasses.replace(config, fast_path_arrivals=0.0)
     pool = MultiBufferPool(
-        config or BufferConfig(),
+        config,
         num_nodes,
         clock,
         FixedTimeoutConfigurator(decision),
@@ -210,7 +216,11 @@ def test_background_thread_closes_buffers_with_a_real_clock():
         done.set()
 
     pool = MultiBufferPool(
-        BufferConfig(slo_s=0.1), 10, RealClock(), FixedTimeoutConfigurator(), on_close
+        BufferConfig(slo_s=0.1, fast_path_arrivals=0.0),
+        10,
+        RealClock(),
+        FixedTimeoutConfigurator(),
+        on_close,
     )
     pool.start()
     try:
@@ -219,3 +229,44 @@ def test_background_thread_closes_buffers_with_a_real_clock():
     finally:
         pool.stop()
     assert closed[0].reason == "timeout" and len(closed) == 1
+
+
+@pytest.mark.parametrize("rate", [1.0, 5.0])
+def test_fast_path_closes_a_lone_request_at_once_at_low_load(rate):
+    pool, clock, rec = make_pool(decision=3, fast_path=True)  # the tree would extend
+    for i in range(5):
+        clock.advance(1.0 / rate)
+        pool.submit(f"r{i}", np.array([i, 50 + i]))
+        assert [c.reason for c in rec.closed][-1] == "fast_path"
+        assert rec.closed[-1].closed_at == clock.now()  # no wait at all
+    assert len(rec.closed) == 5 and pool.stats["close_reasons"] == {"fast_path": 5}
+
+
+def test_fast_path_leaves_buffers_to_the_tree_when_arrivals_are_expected():
+    cfg = BufferConfig()  # Tmax = 150 ms: Q must reach 1 / 0.15 s ≈ 6.7 req/s
+    pool, clock, rec = make_pool(cfg, decision=0, fast_path=True)
+    for i in range(60):  # 40 req/s of overlapping requests for 1.5 s
+        clock.advance(0.025)
+        pool.submit(f"r{i}", np.array([1, 2, 3]))
+        run_events(pool, clock, clock.now())
+    late = [c for c in rec.closed if min(int(r.id[1:]) for r in c.requests) >= 20]
+    # once the rate estimate has built up (time constant 1 s), buffers wait and share
+    assert late and all(c.reason != "fast_path" for c in late)
+    assert min(c.num_requests for c in late) > 1
+
+
+def test_fast_path_closes_a_lone_buffer_once_the_rate_falls():
+    cfg = BufferConfig(gamma=0.5, delta=0.5)  # T0 = Tmax = 150 ms, τ = 30 ms
+    pool, clock, rec = make_pool(cfg, decision=0, fast_path=True)
+    for i in range(10):  # a burst: the rate estimate builds up
+        pool.submit(f"b{i}", np.array([1, 2, 3]))
+    run_events(pool, clock, clock.now())
+    # the first six went alone (Q = 1..6 req/s: Q·Tmax < 1); from Q = 7 buffers wait
+    assert [c.reason for c in rec.closed] == ["fast_path"] * 6
+    assert pool.stats["waiting"] == 4
+    clock.advance(2.0)  # a quiet spell: Q decays
+    run_events(pool, clock, clock.now() + 0.2)  # drain the burst's buffer
+    n = len(rec.closed)
+    pool.submit("late", np.array([9]))
+    # Q = 10·e^-2 + 1 ≈ 2.35 req/s: 2.35 · 0.15 < 1, so the lone request goes at once
+    assert len(rec.closed) == n + 1 and rec.closed[-1].reason == "fast_path"

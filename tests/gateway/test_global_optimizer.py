@@ -40,7 +40,9 @@ def spread(pool: BufferPoolState, sets, start: float = 0.0, step: float = 0.002)
 @pytest.mark.parametrize("beta", [0.0, 0.5, 2.0])
 def test_each_move_raises_total_gain_by_its_gain(bitcoin_sets, beta):
     n, sets = bitcoin_sets
-    cfg = BufferConfig(num_buffers=6, open_below=1.0, beta=beta, max_moves=32)
+    cfg = BufferConfig(
+        num_buffers=6, open_below=1.0, beta=beta, max_moves=32, fast_path_arrivals=0.0
+    )
     checked = 0
     for chunk in range(0, 180, 12):
         pool = BufferPoolState(cfg, n)
@@ -67,7 +69,9 @@ def test_each_move_raises_total_gain_by_its_gain(bitcoin_sets, beta):
 
 
 def test_moves_never_break_a_request_slo():
-    cfg = BufferConfig(num_buffers=2, open_below=1.0, exec_estimate_s=0.05, beta=0.0)
+    cfg = BufferConfig(
+        num_buffers=2, open_below=1.0, exec_estimate_s=0.05, beta=0.0, fast_path_arrivals=0.0
+    )
     pool = BufferPoolState(cfg, 100)
     # slot 0: a long buffer (deadline extended to Tmax) holding vertices 0..49
     pool.submit(PendingRequest("big", np.arange(50), 0.0, 0.3), 0.0)
@@ -98,7 +102,7 @@ def test_moves_never_break_a_request_slo():
 
 
 def test_vertex_and_request_caps_bound_moves():
-    base = dict(num_buffers=2, open_below=1.0, beta=0.0)
+    base = dict(num_buffers=2, open_below=1.0, beta=0.0, fast_path_arrivals=0.0)
     for extra in ({"max_vertices_per_buffer": 55}, {"max_requests_per_buffer": 1}):
         pool = BufferPoolState(BufferConfig(**base, **extra), 100)
         pool.submit(PendingRequest("a", np.arange(50), 0.0, 0.3), 0.0)

@@ -174,7 +174,8 @@ def test_timeout_configurator_keeps_every_request_inside_its_slo(
 
 
 def test_hindsight_label_waits_for_overlapping_arrivals():
-    cfg = BufferConfig(gamma=0.2)  # T0 = 60 ms, τ = 30 ms
+    # T0 = 60 ms, τ = 30 ms; sparse arrivals on purpose: no fast path
+    cfg = BufferConfig(gamma=0.2, fast_path_arrivals=0.0)
     u = np.arange(100)
     sets = [u, u, u]
     policy = FixedTimeoutConfigurator(0)

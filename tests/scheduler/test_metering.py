@@ -108,3 +108,22 @@ def test_totals_add_up(clock):
     )
     assert report.total.allocated_gb_s == pytest.approx(0.25 * 3 + 0.5 * 2 + 1.0 * 1)
     assert set(report.as_dict()["by_function"]) == {"cmp", "mem"}
+
+
+def test_busy_intervals_stay_bounded_and_reports_stay_exact(clock):
+    """Hours of calls: old intervals fold into a total (bounded memory), and
+    both the whole-life report and a recent window stay exact."""
+    meter = Meter(clock, retention_s=60.0)
+    meter.start("m-1", "mem", memory_mb=1024, vcpus=1)
+    calls = 20_000  # one 0.1 s call every 0.5 s: 10,000 s
+    for _ in range(calls):
+        meter.busy_begin("m-1")
+        clock.advance(0.1)
+        meter.busy_end("m-1")
+        clock.advance(0.4)
+    rec = meter._records["m-1"]
+    assert rec.busy.n <= 2 * 60 / 0.5 + 64  # about the retention window, not 20,000
+    assert meter.report().total.busy_s == pytest.approx(calls * 0.1)
+    now = clock.now()
+    recent = meter.report(start=now - 30.0, end=now).total
+    assert recent.busy_s == pytest.approx(60 * 0.1)

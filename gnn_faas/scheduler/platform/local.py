@@ -24,6 +24,25 @@ everything.
 Times (started, ready, last used, keep-alive, metering) come from ``clock``; a
 :class:`~gnn_faas.clock.FakeClock` makes keep-alive and metering deterministic
 while the processes themselves stay real.
+
+Crash safety: instances die with the process that started them, even when it
+is SIGKILLed (an OOM kill of the gateway worker) and gets no chance to stop
+them. Two mechanisms:
+
+- ``PR_SET_PDEATHSIG`` (Linux ``prctl``, set between fork and exec): the kernel
+  sends the instance SIGKILL when its parent *thread* exits. So every instance
+  is forked by one long-lived spawner thread of the platform (never by a pool
+  thread that may come and go), which lives as long as its process; the
+  instance's own gunicorn workers follow their master (their ``post_fork``
+  sets the same signal, gnn_faas.functions.gunicorn_runner).
+- an instance registry: one JSON file per instance under ``registry_dir``
+  (``$GNN_FAAS_RUN_DIR``, default ``$TMPDIR/gnn-faas-<uid>/instances``) with
+  the owner's and the instance's PIDs and start times, removed when the
+  instance stops. A new platform reaps at start every instance whose owner is
+  dead (checked by PID *and* start time, so a reused PID is never mistaken):
+  it kills that instance's process group, if the recorded process is still
+  that instance. This covers platforms without ``prctl`` and the instant
+  between fork and ``prctl``.
 """
 
 from __future__ import annotations
@@ -31,6 +50,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import itertools
+import json
 import logging
 import math
 import os
@@ -43,6 +63,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -53,12 +74,56 @@ from gnn_faas.errors import NotFound, Unavailable
 from gnn_faas.health import probe_ready
 from gnn_faas.scheduler.platform.base import FunctionSpec, Instance, Platform
 from gnn_faas.scheduler.platform.metering import Meter, MeteringReport
+from gnn_faas.scheduler.platform.parent_death import die_with
 
 log = logging.getLogger(__name__)
 
 LISTENING = re.compile(rb"listening on (https?://[^\s]+)")
 THREAD_VARS = ("GNN_FAAS_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 CommandFactory = Callable[[FunctionSpec, str], list[str]]
+
+
+def default_registry_dir() -> Path:
+    env = os.environ.get("GNN_FAAS_RUN_DIR")
+    if env:
+        return Path(env) / "instances"
+    return Path(tempfile.gettempdir()) / f"gnn-faas-{os.getuid()}" / "instances"
+
+
+def _create_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def reap_orphans(registry_dir: str | Path) -> list[int]:
+    """Kill the instances recorded in ``registry_dir`` whose owner process is
+    gone; returns their PIDs. Records of live owners are left alone."""
+    killed = []
+    root = Path(registry_dir)
+    if not root.is_dir():
+        return killed
+    for path in root.glob("*.json"):
+        try:
+            rec = json.loads(path.read_text())
+            owner, owner_t = int(rec["owner_pid"]), float(rec["owner_create_time"])
+            pid, pid_t = int(rec["pid"]), float(rec["create_time"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if _create_time(owner) == owner_t:
+            continue  # its owner still runs: not an orphan
+        if _create_time(pid) == pid_t:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)  # its own session: the group is its pid
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
+            killed.append(pid)
+            log.warning("reaped orphaned instance %s (pid %d) of dead owner %d",
+                        rec.get("id"), pid, owner)  # fmt: skip
+        with contextlib.suppress(OSError):
+            path.unlink()
+    return killed
 
 
 @dataclass
@@ -93,12 +158,15 @@ class LocalPlatform(Platform):
         command_factory: CommandFactory | None = None,
         stop_grace_s: float = 5.0,
         env: dict[str, str] | None = None,
+        registry_dir: str | Path | None = None,
     ):
         """``command_factory(spec, host)``: the argv of an instance (default:
         ``gnn-faas serve``); it must print the ``listening on URL`` line and
         serve ``/v2/health/ready``. ``reaper_interval_s=None``: no reaper
         thread (call :meth:`reap` yourself). ``env``: extra environment for
-        every instance."""
+        every instance. ``registry_dir``: where instances are recorded for
+        crash recovery (default :func:`default_registry_dir`); orphans of dead
+        owners found there are reaped now."""
         self.clock = clock if clock is not None else RealClock()
         self.host = host
         self.python = python
@@ -110,6 +178,13 @@ class LocalPlatform(Platform):
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="gnn-faas-instances-"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.meter = Meter(self.clock)
+        self.registry_dir = Path(registry_dir) if registry_dir else default_registry_dir()
+        self.registry_dir.mkdir(parents=True, exist_ok=True)
+        self.reaped_orphans = reap_orphans(self.registry_dir)
+        self._pid = os.getpid()
+        self._pid_t = _create_time(self._pid)
+        # every fork happens on this one long-lived thread: PDEATHSIG follows the thread
+        self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gnn-faas-spawner")
         self._running: dict[str, _Running] = {}
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
@@ -158,7 +233,8 @@ class LocalPlatform(Platform):
         try:
             # The child holds its own copy of the log descriptor; ours closes now.
             with open(log_path, "wb") as log_file:
-                proc = subprocess.Popen(
+                proc = self._spawner.submit(
+                    subprocess.Popen,
                     argv,
                     stdin=subprocess.DEVNULL,
                     stdout=log_file,
@@ -166,7 +242,9 @@ class LocalPlatform(Platform):
                     env=self._environment(spec),
                     start_new_session=True,  # its own process group: stop kills workers too
                     close_fds=True,
-                )
+                    preexec_fn=die_with(os.getpid()),
+                ).result()
+            self._record(iid, proc.pid)
         except OSError as exc:
             raise Unavailable(f"cannot start {spec.name}: {exc}") from None
         now = self.clock.now()
@@ -225,6 +303,21 @@ class LocalPlatform(Platform):
             time.sleep(pause)
             pause = min(0.1, pause * 1.5)
 
+    def _record_path(self, iid: str) -> Path:
+        return self.registry_dir / f"{self._pid}-{iid}.json"
+
+    def _record(self, iid: str, pid: int) -> None:
+        rec = {
+            "id": iid,
+            "pid": pid,
+            "create_time": _create_time(pid),
+            "owner_pid": self._pid,
+            "owner_create_time": self._pid_t,
+        }
+        tmp = self._record_path(iid).with_suffix(".tmp")
+        tmp.write_text(json.dumps(rec))
+        tmp.replace(self._record_path(iid))
+
     def _terminate(self, run: _Running, grace: float) -> None:
         """SIGTERM the process group, SIGKILL what is left after ``grace``; wait
         for every process so none is left a zombie."""
@@ -247,6 +340,8 @@ class LocalPlatform(Platform):
             with contextlib.suppress(psutil.Error):
                 child.kill()
         psutil.wait_procs(alive, timeout=1.0)
+        with contextlib.suppress(OSError):
+            self._record_path(run.instance.id).unlink()
 
     def stop(self, instance_id: str) -> None:
         with self._lock:
@@ -363,6 +458,7 @@ class LocalPlatform(Platform):
         for iid, run in runs:
             self._terminate(run, self.stop_grace_s)
             self.meter.stop(iid)
+        self._spawner.shutdown(wait=False)
         with contextlib.suppress(Exception):
             atexit.unregister(self.shutdown)
         if self._own_log_dir:

@@ -16,12 +16,22 @@ measured spawn-to-ready seconds. Figures are reported per instance, per
 function name and in total (DESIGN principle 6: benchmarks read these rather
 than recompute them). All times come from the platform's clock, so a
 :class:`~gnn_faas.clock.FakeClock` makes reports exact in tests.
+
+Memory stays bounded however long the platform serves: an instance's busy
+intervals live in two float arrays, and intervals that ended more than
+``retention_s`` (default 300 s) ago are folded into one total (their seconds
+and the span they covered). A report whose window covers the folded span
+(every default report, and any window within the last ``retention_s``) is
+exact; a window cutting through it gets the folded seconds pro rata.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import asdict, dataclass, field
+
+import numpy as np
 
 from gnn_faas.clock import Clock
 
@@ -86,8 +96,59 @@ class _Record:
     started_at: float
     stopped_at: float | None = None
     cold_start_s: float | None = None
-    busy: list[list[float]] = field(default_factory=list)  # [begin, end]; end inf while open
+    busy: BusyIntervals = field(default_factory=lambda: BusyIntervals())
     depth: int = 0  # calls in flight
+
+
+class BusyIntervals:
+    """Disjoint busy intervals ``[begin, end)`` in time order (``end = inf`` while
+    open); those ending before a horizon are folded into a total."""
+
+    def __init__(self, capacity: int = 64):
+        self.begin = np.empty(capacity)
+        self.end = np.empty(capacity)
+        self.n = 0
+        self.folded_s = 0.0
+        self.folded_lo = math.inf  # span of the folded intervals
+        self.folded_hi = -math.inf
+
+    def open(self, t: float, horizon: float) -> None:
+        if self.n == self.begin.size:
+            self.fold(horizon)
+            if self.n == self.begin.size:
+                self.begin = np.resize(self.begin, 2 * self.n)
+                self.end = np.resize(self.end, 2 * self.n)
+        self.begin[self.n] = t
+        self.end[self.n] = math.inf
+        self.n += 1
+
+    def close(self, t: float) -> None:
+        if self.n and self.end[self.n - 1] == math.inf:
+            self.end[self.n - 1] = t
+
+    def fold(self, horizon: float) -> None:
+        """Fold the intervals that ended by ``horizon`` into the total."""
+        k = int(np.searchsorted(self.end[: self.n], horizon, side="right"))
+        if k == 0:
+            return
+        self.folded_s += float((self.end[:k] - self.begin[:k]).sum())
+        self.folded_lo = min(self.folded_lo, float(self.begin[0]))
+        self.folded_hi = max(self.folded_hi, float(self.end[k - 1]))
+        rest = self.n - k
+        self.begin[:rest] = self.begin[k : self.n]
+        self.end[:rest] = self.end[k : self.n]
+        self.n = rest
+
+    def seconds(self, lo: float, hi: float, cap: float) -> float:
+        """Busy seconds within ``[lo, hi]``, open intervals ending at ``cap``."""
+        ends = np.minimum(self.end[: self.n], cap)
+        live = np.clip(np.minimum(ends, hi) - np.maximum(self.begin[: self.n], lo), 0.0, None)
+        total = float(live.sum())
+        if self.folded_s > 0:
+            span = self.folded_hi - self.folded_lo
+            covered = _overlap(self.folded_lo, self.folded_hi, lo, hi)
+            total += self.folded_s if covered >= span else self.folded_s * covered / span
+        return total
 
 
 def _overlap(a: float, b: float, lo: float, hi: float) -> float:
@@ -97,8 +158,9 @@ def _overlap(a: float, b: float, lo: float, hi: float) -> float:
 class Meter:
     """Records instance lifecycles and busy intervals; thread-safe."""
 
-    def __init__(self, clock: Clock):
+    def __init__(self, clock: Clock, retention_s: float = 300.0):
         self.clock = clock
+        self.retention_s = float(retention_s)
         self._records: dict[str, _Record] = {}
         self._lock = threading.Lock()
 
@@ -122,7 +184,8 @@ class Meter:
                 return
             rec.depth += 1
             if rec.depth == 1:
-                rec.busy.append([self._now(at), float("inf")])
+                now = self._now(at)
+                rec.busy.open(now, horizon=now - self.retention_s)
 
     def busy_end(self, instance_id: str, at: float | None = None) -> None:
         with self._lock:
@@ -131,7 +194,7 @@ class Meter:
                 return  # closed by stop() already
             rec.depth -= 1
             if rec.depth == 0:
-                rec.busy[-1][1] = self._now(at)
+                rec.busy.close(self._now(at))
 
     def stop(self, instance_id: str, at: float | None = None) -> None:
         """The instance is gone: billing ends, an open busy interval closes."""
@@ -141,7 +204,7 @@ class Meter:
                 return
             rec.stopped_at = self._now(at)
             if rec.depth:
-                rec.busy[-1][1] = rec.stopped_at
+                rec.busy.close(rec.stopped_at)
                 rec.depth = 0
 
     def report(self, start: float | None = None, end: float | None = None) -> MeteringReport:
@@ -158,7 +221,7 @@ class Meter:
                 spawned_in = lo <= rec.started_at <= hi
                 if alive == 0.0 and not spawned_in:
                     continue
-                busy = sum(_overlap(a, min(b, stopped, now), lo, hi) for a, b in rec.busy)
+                busy = rec.busy.seconds(lo, hi, cap=min(stopped, now))
                 gb = rec.memory_mb / 1024
                 usage = Usage(
                     allocated_gb_s=gb * alive,
