@@ -10,9 +10,11 @@ SLO. It decides with measured figures only, when a request reaches its handler:
   :mod:`gnn_faas.gateway.accept_clock`): time in the server's own queues,
   already spent out of the SLO;
 - ``N``: requests admitted and not yet answered (in buffers or executing);
-- ``service``: an exponential moving average (weight ``ewma``) of the time
-  admitted requests took from their handler to their answer (buffer wait
-  included);
+- ``service``: the median of the last ``window`` times admitted requests took
+  from their handler to their answer (buffer wait included). A median, not a
+  mean: a few answers that met a cold start (an instance launching takes a
+  second or more) must not shed the steady stream behind them, while a queue
+  that really grows makes most answers slow and moves the median at once;
 - ``limit``: a concurrency limit learnt from the answers (AIMD, as TCP's
   congestion window): every answer within ``target = headroom * SLO`` raises
   it by ``1 / limit`` (one per ``limit`` good answers), an answer later than
@@ -40,6 +42,8 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass
+
+import numpy as np
 
 from gnn_faas.clock import Clock, RealClock
 from gnn_faas.errors import Unavailable
@@ -72,18 +76,20 @@ class AdmissionController:
         clock: Clock | None = None,
         headroom: float = 0.7,
         enabled: bool = True,
-        initial_limit: float = 16.0,
+        # optimistic start: a burst that graph sharing batches well is admitted,
+        # and late answers cut the limit multiplicatively within a few SLOs
+        initial_limit: float = 64.0,
         min_limit: float = 1.0,
         max_limit: float = 256.0,
         backoff: float = 0.75,
-        ewma: float = 0.1,
+        window: int = 32,
     ):
         if slo_s <= 0:
             raise ValueError("slo_s must be > 0")
         if not 0 < headroom <= 1:
             raise ValueError("headroom must be in (0, 1]")
-        if not 0 < backoff < 1 or not 0 < ewma <= 1 or not 1 <= min_limit <= max_limit:
-            raise ValueError("need 0 < backoff < 1, 0 < ewma <= 1, 1 <= min_limit <= max_limit")
+        if not 0 < backoff < 1 or window < 1 or not 1 <= min_limit <= max_limit:
+            raise ValueError("need 0 < backoff < 1, window >= 1, 1 <= min_limit <= max_limit")
         self.slo_s = float(slo_s)
         self.target_s = float(headroom) * self.slo_s
         self.clock = clock or RealClock()
@@ -91,10 +97,11 @@ class AdmissionController:
         self.enabled = enabled
         self.min_limit, self.max_limit = float(min_limit), float(max_limit)
         self.backoff = float(backoff)
-        self.ewma = float(ewma)
+        self._recent = np.zeros(int(window))  # ring of the last service times
+        self._answers = 0
         self._lock = threading.Lock()
         self.limit = min(max(float(initial_limit), self.min_limit), self.max_limit)
-        self.service_s = 0.0  # EWMA of handler-to-answer seconds (0 until a first answer)
+        self.service_s = 0.0  # median of recent handler-to-answer seconds (0 until an answer)
         self.in_flight = 0
         self._last_backoff = -math.inf
         self.admitted = 0
@@ -129,11 +136,9 @@ class AdmissionController:
             self.in_flight = max(0, self.in_flight - 1)
             if latency_s is None:
                 return
-            service = max(0.0, latency_s - waited_s)
-            first = self.service_s == 0.0
-            self.service_s = (
-                service if first else (1 - self.ewma) * self.service_s + (self.ewma * service)
-            )
+            self._recent[self._answers % self._recent.size] = max(0.0, latency_s - waited_s)
+            self._answers += 1
+            self.service_s = float(np.median(self._recent[: min(self._answers, self._recent.size)]))
             if latency_s <= self.target_s:
                 self.limit = min(self.max_limit, self.limit + 1.0 / self.limit)
                 return

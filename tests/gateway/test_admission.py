@@ -53,7 +53,7 @@ def test_good_answers_raise_the_limit_additively_late_ones_cut_it():
 
 
 def test_queueing_delay_plus_service_time_is_checked_against_the_target():
-    ac, clock = controller(initial_limit=16, headroom=0.7, ewma=1.0)
+    ac, clock = controller(initial_limit=16, headroom=0.7)
     ac.decide(clock.now())
     ac.decide(clock.now())
     ac.done(0.15, 0.0)  # service time 0.15 s; one request still in flight
@@ -61,6 +61,24 @@ def test_queueing_delay_plus_service_time_is_checked_against_the_target():
     assert ac.decide(clock.now() - 0.05).admit  # 0.05 + 0.15 <= 0.21
     d = ac.decide(clock.now() - 0.1)  # 0.1 + 0.15 > 0.21: would likely miss
     assert not d.admit and d.predicted_s == pytest.approx(0.25)
+
+
+def test_a_few_cold_start_answers_do_not_shed_the_steady_stream():
+    ac, clock = controller(window=32)
+    for _ in range(30):
+        ac.decide(clock.now())
+        ac.done(0.08)
+    for _ in range(3):  # three answers that waited for instances launching
+        ac.decide(clock.now())
+        ac.done(1.2)
+    assert ac.service_s == pytest.approx(0.08)
+    assert ac.decide(clock.now() - 0.05).admit  # 0.05 + 0.08 <= 0.21
+    for _ in range(40):  # a queue that really grew: most answers are slow now
+        ac.decide(clock.now())
+        ac.done(0.4)
+    assert ac.service_s == pytest.approx(0.4)
+    ac.decide(clock.now())  # one in flight: the next is not alone
+    assert not ac.decide(clock.now()).admit
 
 
 def test_failed_requests_free_their_slot_without_teaching_anything():

@@ -36,6 +36,8 @@ def served(tmp_path_factory, bitcoin_store, bitcoin_graph):
     save_checkpoint(root / "ckpt", cfg, build_model(cfg, seed=1).state_dict())
     config = {
         "store": bitcoin_store,
+        # the simulator models no admission control: compare like with like
+        "gateway": {"admission": False},
         "platform": {
             "memory_function_mb": int(cal.memory_function_mb),
             "compute_function_mb": int(cal.compute_function_mb),
