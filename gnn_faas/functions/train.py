@@ -224,8 +224,13 @@ def _train(opts: TrainOptions) -> dict:
     if not mini_batch:
         x = torch.from_numpy(feats)
         # A sparse adjacency (sparse matmul) is several times faster than the
-        # scatter path on CPU; GATConv needs the edge list for its edge softmax.
-        if opts.arch == "gat":
+        # scatter path on CPU; GATConv needs the edge list for its edge softmax,
+        # and GCNConv on a graph with self loops too: on a sparse adj_t its
+        # gcn_norm adds a second self loop where the edge list path (what
+        # serving reproduces) replaces the stored one by exactly one.
+        rows = np.repeat(np.arange(indptr.size - 1), np.diff(indptr))
+        has_loops = bool(np.any(np.asarray(indices) == rows))
+        if opts.arch == "gat" or (opts.arch == "gcn" and has_loops):
             ei = csr_edge_index(indptr, indices)
         else:
             ei = csr_adjacency(indptr, indices, g.num_nodes)

@@ -10,11 +10,18 @@ A store root holds named graphs; graph ``NAME`` is the key prefix ``NAME/``::
     NAME/degree.bin          int32 [num_nodes] out-degree           (optional)
     NAME/node_ids.bin        int64 [num_nodes] original vertex ids  (optional)
     NAME/request_order.bin   int64 [k] target vertices in time order (optional)
+    NAME/self_loops.bin      int32 [num_nodes] edges v -> v of each v (only if any)
 
 Row ``v`` of the CSR lists the vertices ``v`` aggregates from (its in-edges), so
 a neighbourhood is one contiguous range of ``indices.bin``. ``degree.bin`` is
 the out-degree: how many vertices aggregate from ``v``, which is what makes a
-feature row worth caching. All arrays are little-endian.
+feature row worth caching. ``self_loops.bin`` counts each vertex's edges
+``v -> v`` and exists only when the graph has some; ``extra["self_loops"]`` is
+their total (0 written too, so a store written before this field existed is
+recognisable by its absence). GCN's degree excludes them (PyG's ``gcn_norm``
+replaces every self loop by exactly one), and the fetcher reads the degree of
+the outermost hop from ``indptr`` alone, so it needs them per vertex without
+reading neighbour lists. All arrays are little-endian.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ FORMAT_NAME = "gnn-faas-graph"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 REQUIRED_BLOBS = ("indptr", "indices", "features")
-OPTIONAL_BLOBS = ("labels", "degree", "node_ids", "request_order")
+OPTIONAL_BLOBS = ("labels", "degree", "node_ids", "request_order", "self_loops")
 _ALLOWED_DTYPES = {"<i8", "<i4", "<f4", "<f2", "|u1", "|i1"}
 
 
@@ -133,6 +140,10 @@ def write_graph(
         "features": features,
         "degree": np.bincount(indices, minlength=n).astype("<i4"),
     }
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    loops = np.bincount(rows[indices == rows], minlength=n)
+    if loops.any():
+        arrays["self_loops"] = loops.astype("<i4")
     if labels is not None:
         arrays["labels"] = np.asarray(labels).astype("<i8", copy=False)
     if node_ids is not None:
@@ -160,7 +171,7 @@ def write_graph(
         symmetrized=bool(symmetrized),
         blobs=blobs,
         num_classes=int(num_classes),
-        extra=dict(extra or {}),
+        extra={**(extra or {}), "self_loops": int(loops.sum())},
     )
     backend.pipe_file(f"{name}/{MANIFEST}", manifest.to_json().encode())
     return manifest

@@ -141,7 +141,8 @@ def needed_bytes(case: Case, dist: np.ndarray, feature_ids: np.ndarray) -> int:
     """The exact bytes a full-neighbourhood fetch with degrees and a feature
     read need: per hop, the indptr entries ``[v, v+1]`` of the frontier (shared
     entries once) and its neighbour segments; the indptr entries of the
-    outermost vertices (their degrees); one feature row per distinct id."""
+    outermost vertices (their degrees) and, where the graph has self loops,
+    their int32 rows of ``self_loops.bin``; one feature row per distinct id."""
     deg = np.diff(case.adj.indptr)
     total = 0
     for h in range(case.hops + 1):
@@ -149,7 +150,14 @@ def needed_bytes(case: Case, dist: np.ndarray, feature_ids: np.ndarray) -> int:
         total += 8 * np.union1d(frontier, frontier + 1).size
         if h < case.hops:
             total += 4 * int(deg[frontier].sum())
+        elif case.adj.diagonal().any():
+            total += 4 * frontier.size
     return total + 4 * DIM * np.unique(feature_ids).size
+
+
+def gcn_degree(adj: sp.csr_matrix) -> np.ndarray:
+    """In-edges from other vertices (PyG's gcn_norm replaces self loops by one)."""
+    return np.diff(adj.indptr) - adj.diagonal().astype(np.int64)
 
 
 @PROPERTY
@@ -168,7 +176,7 @@ def _check_full_fetch(stores: Stores, is_file: bool, case: Case) -> None:
         assert cg.layer_sizes[case.hops - h] == within.size
         np.testing.assert_array_equal(np.sort(cg.nodes[: within.size]), within)
     check_layers(cg, case.adj, case.targets, case.hops)
-    np.testing.assert_array_equal(cg.in_degree, np.diff(case.adj.indptr)[cg.nodes])
+    np.testing.assert_array_equal(cg.in_degree, gcn_degree(case.adj)[cg.nodes])
 
     ids = case.ids
     rows = fetcher.read_features(ids, stats=stats)
@@ -208,12 +216,16 @@ def _check_sampled_fetch(stores: Stores, case: Case, fanout: int, seed: int) -> 
     expanded = cg.nodes[: cg.indptr.size - 1]
     deg = np.diff(case.adj.indptr)[expanded]
     np.testing.assert_array_equal(np.diff(cg.indptr), np.minimum(deg, fanout))
-    # PyG's view of a sampled subgraph: sampled in-degrees, 0 on the outermost hop
-    # (with no hop, nothing is sampled: the stored degrees)
+    # PyG's view of a sampled subgraph: sampled in-degrees without the sampled
+    # self loops, 0 on the outermost hop (with no hop, nothing is sampled: the
+    # stored degrees)
     outer = np.zeros(cg.nodes.size - expanded.size, np.int64)
     if case.hops == 0:
-        outer = np.diff(case.adj.indptr)[cg.nodes]
-    np.testing.assert_array_equal(cg.in_degree, np.concatenate((np.diff(cg.indptr), outer)))
+        outer = gcn_degree(case.adj)[cg.nodes]
+    kept_loops = sampled.diagonal()[expanded].astype(np.int64)
+    np.testing.assert_array_equal(
+        cg.in_degree, np.concatenate((np.diff(cg.indptr) - kept_loops, outer))
+    )
 
     # another batch sharing vertices samples each shared vertex identically
     batch = np.concatenate((case.batch, case.targets[:2]))
