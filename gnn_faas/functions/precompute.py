@@ -33,7 +33,10 @@ def full_graph_embeddings(
     indptr = np.asarray(graph.read_blob("indptr"), dtype=np.int64)
     indices = np.asarray(graph.read_blob("indices"), dtype=np.int64)
     block = Block(n, n, indptr, indices)
-    deg = np.diff(indptr)
+    # GCN's degree excludes self loops (PyG's gcn_norm replaces them by one)
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    deg = np.diff(indptr) - np.bincount(rows[indices == rows], minlength=n)
+    del rows
     h = np.asarray(graph.read_blob("features"), dtype=np.float32)
     out: dict[int, np.ndarray] = {}
     for step in plan.steps[:-1]:
