@@ -102,6 +102,28 @@ def csr_adjacency(indptr: np.ndarray, indices: np.ndarray, num_src: int) -> torc
         )
 
 
+def has_self_loops(indptr: np.ndarray, indices: np.ndarray) -> bool:
+    """Whether any row ``v`` of the in-edge CSR lists ``v`` itself."""
+    rows = np.repeat(np.arange(indptr.size - 1, dtype=np.int64), np.diff(indptr))
+    return bool(np.any(indices == rows))
+
+
+def full_batch_adjacency(
+    arch: str, indptr: np.ndarray, indices: np.ndarray, num_nodes: int
+) -> torch.Tensor:
+    """What full-batch training feeds the model: the sparse ``adj_t``
+    (:func:`csr_adjacency`, several times faster on CPU) where it gives the
+    edge list's results, else the ``edge_index``. GATConv needs the edge list
+    for its edge softmax; GCNConv too on a graph with self loops: on a sparse
+    ``adj_t`` its ``gcn_norm`` adds a second self loop, where the edge list path
+    (what serving reproduces) replaces the stored ones by exactly one."""
+    indptr = np.asarray(indptr, dtype=np.int64)
+    indices = np.asarray(indices)
+    if arch == "gat" or (arch == "gcn" and has_self_loops(indptr, indices)):
+        return csr_edge_index(indptr, indices)
+    return csr_adjacency(indptr, indices, num_nodes)
+
+
 def cg_edge_index(cg: ComputationGraph) -> torch.Tensor:
     """The edge_index of a computation graph over its local ids ``0..n_0-1``:
     what PyG runs on for a (sampled) subgraph. Vertices of the outermost hop

@@ -166,8 +166,7 @@ def _train(opts: TrainOptions) -> dict:
     from gnn_faas.functions.pyg_models import (
         build_model,
         cg_edge_index,
-        csr_adjacency,
-        csr_edge_index,
+        full_batch_adjacency,
     )
     from gnn_faas.paths import var_dir
     from gnn_faas.storage.datasets import ensure_dataset
@@ -223,17 +222,7 @@ def _train(opts: TrainOptions) -> dict:
 
     if not mini_batch:
         x = torch.from_numpy(feats)
-        # A sparse adjacency (sparse matmul) is several times faster than the
-        # scatter path on CPU; GATConv needs the edge list for its edge softmax,
-        # and GCNConv on a graph with self loops too: on a sparse adj_t its
-        # gcn_norm adds a second self loop where the edge list path (what
-        # serving reproduces) replaces the stored one by exactly one.
-        rows = np.repeat(np.arange(indptr.size - 1), np.diff(indptr))
-        has_loops = bool(np.any(np.asarray(indices) == rows))
-        if opts.arch == "gat" or (opts.arch == "gcn" and has_loops):
-            ei = csr_edge_index(indptr, indices)
-        else:
-            ei = csr_adjacency(indptr, indices, g.num_nodes)
+        ei = full_batch_adjacency(opts.arch, indptr, indices, g.num_nodes)
         train_idx = torch.from_numpy(split.train)
 
         def epoch_step() -> float:
