@@ -19,7 +19,7 @@ from gnn_faas.functions.layer_plan import ModelPlan
 from gnn_faas.functions.update import UpdateModel
 from gnn_faas.storage.computation_graph import Block
 from gnn_faas.storage.embeddings import checkpoint_sha256, write_embeddings
-from gnn_faas.storage.format import GraphHandle
+from gnn_faas.storage.format import GraphHandle, self_loop_counts
 
 DEFAULT_CHUNK_ROWS = 65536
 
@@ -34,9 +34,7 @@ def full_graph_embeddings(
     indices = np.asarray(graph.read_blob("indices"), dtype=np.int64)
     block = Block(n, n, indptr, indices)
     # GCN's degree excludes self loops (PyG's gcn_norm replaces them by one)
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-    deg = np.diff(indptr) - np.bincount(rows[indices == rows], minlength=n)
-    del rows
+    deg = np.diff(indptr) - self_loop_counts(indptr, indices)
     h = np.asarray(graph.read_blob("features"), dtype=np.float32)
     out: dict[int, np.ndarray] = {}
     for step in plan.steps[:-1]:

@@ -20,6 +20,7 @@ from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
 
 from gnn_faas.functions.model_config import ModelConfig
 from gnn_faas.storage.computation_graph import ComputationGraph
+from gnn_faas.storage.format import self_loop_counts
 
 
 def build_conv(config: ModelConfig, layer: int, cached: bool = False) -> nn.Module:
@@ -104,8 +105,7 @@ def csr_adjacency(indptr: np.ndarray, indices: np.ndarray, num_src: int) -> torc
 
 def has_self_loops(indptr: np.ndarray, indices: np.ndarray) -> bool:
     """Whether any row ``v`` of the in-edge CSR lists ``v`` itself."""
-    rows = np.repeat(np.arange(indptr.size - 1, dtype=np.int64), np.diff(indptr))
-    return bool(np.any(indices == rows))
+    return bool(self_loop_counts(indptr, indices).any())
 
 
 def full_batch_adjacency(

@@ -107,6 +107,29 @@ def index_dtype(num_nodes: int) -> np.dtype:
     return np.dtype("<i4") if num_nodes < 2**31 else np.dtype("<i8")
 
 
+# rows of the CSR are checked for self loops ~16M edges at a time: the row id
+# of every edge, materialised at once, would double ingest's peak on big graphs
+_LOOP_CHUNK_EDGES = 1 << 24
+
+
+def self_loop_counts(
+    indptr: np.ndarray, indices: np.ndarray, chunk_edges: int = _LOOP_CHUNK_EDGES
+) -> np.ndarray:
+    """Edges ``v -> v`` in row ``v`` of an in-edge CSR, for every ``v`` (int64)."""
+    indptr = np.asarray(indptr, dtype=np.int64)
+    n = indptr.size - 1
+    loops = np.zeros(max(n, 0), np.int64)
+    if n <= 0 or indptr[-1] == 0:
+        return loops
+    cuts = np.searchsorted(indptr, np.arange(0, indptr[-1], chunk_edges), side="right") - 1
+    cuts = np.unique(np.concatenate((cuts, [n])))
+    for r0, r1 in zip(cuts[:-1], cuts[1:]):  # a loop over edge chunks, not vertices
+        rows = np.repeat(np.arange(r0, r1, dtype=np.int64), np.diff(indptr[r0 : r1 + 1]))
+        cols = np.asarray(indices[indptr[r0] : indptr[r1]])
+        loops[r0:r1] += np.bincount(rows[cols == rows] - r0, minlength=r1 - r0)
+    return loops
+
+
 def write_graph(
     store: StorageBackend | str,
     name: str,
@@ -140,8 +163,7 @@ def write_graph(
         "features": features,
         "degree": np.bincount(indices, minlength=n).astype("<i4"),
     }
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-    loops = np.bincount(rows[indices == rows], minlength=n)
+    loops = self_loop_counts(indptr, indices)
     if loops.any():
         arrays["self_loops"] = loops.astype("<i4")
     if labels is not None:

@@ -149,8 +149,7 @@ def test_partitioned_run_on_a_graph_with_self_loops_equals_pyg(tmp_path, name):
     cg = fetcher.fetch(targets, 2, degrees=True)
     assert self_loop_rows(cg).size > 0
     memory = InProcessMemory(LocalTransport(fetcher, update), [], threading.Event())
-    memory.calls.append(("first",))  # no waiting for a first Update here
-    memory.first_post.set()
+    memory.first_post.set()  # no waiting for a first Update: not a pipelining test
     clients = InProcessClients(memory, InProcessCompute(update, [], memory.first_post))
     orch = Orchestrator(
         plan, InProcessPool("memory"), InProcessPool("compute"), budget_bytes=64 * 1024,
