@@ -10,16 +10,21 @@ block's CSR. The ops (PyG's ``aggregate`` step of each layer):
 - ``mean``: ``a_i = sum_{j in N(i)} h_j / |N(i)|`` (0 for an empty row)
 - ``max``:  ``a_i = max_{j in N(i)} h_j`` elementwise (0 for an empty row)
 - ``gin``:  ``a_i = (1 + eps) h_i + sum_{j in N(i)} h_j``
-- ``gcn``:  ``a_i = sum_{j in N(i) u {i}} h_j / sqrt(d_j d_i)`` with
-  ``d = in_degree + 1`` (PyG ``gcn_norm``: the degree counts the self loop)
+- ``gcn``:  ``a_i = sum_{j in N'(i) u {i}} h_j / sqrt(d_j d_i)``, ``N'(i) = N(i)``
+  without ``i``, with
+  ``d = in_degree + 1``, ``in_degree`` counting in-edges from *other* vertices
+  (PyG ``gcn_norm``: ``add_remaining_self_loops`` replaces a vertex's self
+  loops, however many, by exactly one of weight 1)
 - ``gat``:  ``a_i = sum_{j in N(i) u {i}} softmax_j(LeakyReLU(alpha_src[j] +
   alpha_dst[i])) h_j`` per head, ``h_src`` of shape ``[num_src, heads, C]``
 
 ``gcn`` and ``gat`` add exactly one self loop per destination and ignore
 self loops already in the block (PyG removes them before adding its own); the
-degrees they are given are in-degrees *without* the self loop, as
+degrees ``gcn`` is given must likewise exclude every self loop, as
 :class:`~gnn_faas.storage.computation_graph.ComputationGraph.in_degree` holds
-them (stores are ingested without self loops, so that is PyG's degree).
+them (stores may keep self loops: ingest drops them only when asked).
+sum/mean/max/gin (SAGE, GIN) keep a stored self loop as an ordinary
+neighbour, as PyG's SAGEConv and GINConv do.
 
 Partitions: :func:`partial_aggregate` aggregates over a block whose columns
 are only part of each destination's sources and returns a partial state;

@@ -19,7 +19,7 @@ from gnn_faas.functions.layer_plan import ModelPlan
 from gnn_faas.functions.update import UpdateModel
 from gnn_faas.storage.computation_graph import Block
 from gnn_faas.storage.embeddings import checkpoint_sha256, write_embeddings
-from gnn_faas.storage.format import GraphHandle
+from gnn_faas.storage.format import GraphHandle, self_loop_counts
 
 DEFAULT_CHUNK_ROWS = 65536
 
@@ -33,7 +33,8 @@ def full_graph_embeddings(
     indptr = np.asarray(graph.read_blob("indptr"), dtype=np.int64)
     indices = np.asarray(graph.read_blob("indices"), dtype=np.int64)
     block = Block(n, n, indptr, indices)
-    deg = np.diff(indptr)
+    # GCN's degree excludes self loops (PyG's gcn_norm replaces them by one)
+    deg = np.diff(indptr) - self_loop_counts(indptr, indices)
     h = np.asarray(graph.read_blob("features"), dtype=np.float32)
     out: dict[int, np.ndarray] = {}
     for step in plan.steps[:-1]:

@@ -20,6 +20,7 @@ from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
 
 from gnn_faas.functions.model_config import ModelConfig
 from gnn_faas.storage.computation_graph import ComputationGraph
+from gnn_faas.storage.format import self_loop_counts
 
 
 def build_conv(config: ModelConfig, layer: int, cached: bool = False) -> nn.Module:
@@ -100,6 +101,27 @@ def csr_adjacency(indptr: np.ndarray, indices: np.ndarray, num_src: int) -> torc
             size=(indptr.size - 1, num_src),
             check_invariants=False,
         )
+
+
+def has_self_loops(indptr: np.ndarray, indices: np.ndarray) -> bool:
+    """Whether any row ``v`` of the in-edge CSR lists ``v`` itself."""
+    return bool(self_loop_counts(indptr, indices).any())
+
+
+def full_batch_adjacency(
+    arch: str, indptr: np.ndarray, indices: np.ndarray, num_nodes: int
+) -> torch.Tensor:
+    """What full-batch training feeds the model: the sparse ``adj_t``
+    (:func:`csr_adjacency`, several times faster on CPU) where it gives the
+    edge list's results, else the ``edge_index``. GATConv needs the edge list
+    for its edge softmax; GCNConv too on a graph with self loops: on a sparse
+    ``adj_t`` its ``gcn_norm`` adds a second self loop, where the edge list path
+    (what serving reproduces) replaces the stored ones by exactly one."""
+    indptr = np.asarray(indptr, dtype=np.int64)
+    indices = np.asarray(indices)
+    if arch == "gat" or (arch == "gcn" and has_self_loops(indptr, indices)):
+        return csr_edge_index(indptr, indices)
+    return csr_adjacency(indptr, indices, num_nodes)
 
 
 def cg_edge_index(cg: ComputationGraph) -> torch.Tensor:

@@ -166,8 +166,7 @@ def _train(opts: TrainOptions) -> dict:
     from gnn_faas.functions.pyg_models import (
         build_model,
         cg_edge_index,
-        csr_adjacency,
-        csr_edge_index,
+        full_batch_adjacency,
     )
     from gnn_faas.paths import var_dir
     from gnn_faas.storage.datasets import ensure_dataset
@@ -223,12 +222,7 @@ def _train(opts: TrainOptions) -> dict:
 
     if not mini_batch:
         x = torch.from_numpy(feats)
-        # A sparse adjacency (sparse matmul) is several times faster than the
-        # scatter path on CPU; GATConv needs the edge list for its edge softmax.
-        if opts.arch == "gat":
-            ei = csr_edge_index(indptr, indices)
-        else:
-            ei = csr_adjacency(indptr, indices, g.num_nodes)
+        ei = full_batch_adjacency(opts.arch, indptr, indices, g.num_nodes)
         train_idx = torch.from_numpy(split.train)
 
         def epoch_step() -> float:

@@ -56,7 +56,9 @@ class ComputationGraph:
     fetched with ``degrees=True``): the in-degree of every node of ``D_0`` in the
     graph the model sees: the stored graph for full neighbourhoods; for sampled
     ones, the sampled subgraph (0 for the outermost hop), as PyG sees a sampled
-    subgraph. GCN's normalisation needs it for source vertices."""
+    subgraph. Self loops ``v -> v`` are not counted (they stay in the CSR):
+    PyG's ``gcn_norm`` replaces them by exactly one, so GCN's normalisation,
+    which needs these degrees for source vertices, adds 1 to them."""
 
     nodes: np.ndarray
     layer_sizes: tuple[int, ...]

@@ -184,6 +184,7 @@ class KHopFetcher:
         known = np.sort(nodes)
         frontier = nodes
         counts_all: list[np.ndarray] = []
+        loops_all: list[np.ndarray] = []  # self loops among each row's kept edges
         nbrs_all: list[np.ndarray] = []
         for hop in range(hops):
             t0 = time.perf_counter()
@@ -197,6 +198,10 @@ class KHopFetcher:
                 nbrs = nbrs[keep]
             counts_all.append(counts)
             nbrs_all.append(nbrs)
+            if degrees:
+                owner = np.repeat(np.arange(counts.size), counts)
+                is_loop = nbrs == frontier[owner]
+                loops_all.append(np.bincount(owner[is_loop], minlength=counts.size))
             cand = np.unique(nbrs)
             pos = np.searchsorted(known, cand)
             pos[pos == known.size] = 0
@@ -219,8 +224,9 @@ class KHopFetcher:
             if sampled or outer.size == 0:
                 outer_deg = np.zeros(outer.size, np.int64)
             else:
-                outer_deg = self.in_degrees(outer, overlay)
-            in_degree = np.concatenate((counts, outer_deg)).astype(np.int64)
+                outer_deg = self.gcn_degrees(outer, overlay)
+            loops = np.concatenate(loops_all) if loops_all else np.zeros(0, np.int64)
+            in_degree = np.concatenate((counts - loops, outer_deg)).astype(np.int64)
         if stats is not None:
             stats.add_reads(before, self.reader.stats)
         nbrs = np.concatenate(nbrs_all) if nbrs_all else np.zeros(0, np.int64)
@@ -249,6 +255,35 @@ class KHopFetcher:
         if overlay is not None:
             deg += overlay.in_degree(v)
         return deg
+
+    def self_loops(self, vertices: np.ndarray, overlay: GraphOverlay | None = None) -> np.ndarray:
+        """Edges ``v -> v`` of each of ``vertices`` (stored and added).
+
+        One batched read of the ``self_loops`` blob where the graph has one,
+        none where its manifest says it has no self loops; a store written
+        before the manifest recorded them gets its neighbour lists read.
+        """
+        v = np.asarray(vertices, dtype=np.int64)
+        loops = np.zeros(v.size, np.int64)
+        stored = v < self.graph.num_nodes
+        s = v[stored]
+        recorded = self.graph.manifest.extra.get("self_loops")
+        if s.size and self.graph.has("self_loops"):
+            loops[stored] = self.read_rows("self_loops", s)
+        elif s.size and recorded is None:  # legacy store: count them in the lists
+            counts, nbrs = self.neighbours(s)
+            owner = np.repeat(np.arange(s.size), counts)
+            loops[stored] = np.bincount(owner[nbrs == s[owner]], minlength=s.size)
+        if overlay is not None:
+            loops += overlay.self_loops(v)
+        return loops
+
+    def gcn_degrees(self, vertices: np.ndarray, overlay: GraphOverlay | None = None) -> np.ndarray:
+        """In-degree from *other* vertices, ``in_degrees - self_loops``: the
+        degree PyG's ``gcn_norm`` sees before it adds one (its
+        ``add_remaining_self_loops`` replaces all self loops of a vertex by
+        exactly one), and what :class:`ComputationGraph` ``.in_degree`` holds."""
+        return self.in_degrees(vertices, overlay) - self.self_loops(vertices, overlay)
 
     # -- per-vertex blobs ------------------------------------------------------
     def read_rows(self, key: str, ids: np.ndarray) -> np.ndarray:

@@ -10,11 +10,18 @@ A store root holds named graphs; graph ``NAME`` is the key prefix ``NAME/``::
     NAME/degree.bin          int32 [num_nodes] out-degree           (optional)
     NAME/node_ids.bin        int64 [num_nodes] original vertex ids  (optional)
     NAME/request_order.bin   int64 [k] target vertices in time order (optional)
+    NAME/self_loops.bin      int32 [num_nodes] edges v -> v of each v (only if any)
 
 Row ``v`` of the CSR lists the vertices ``v`` aggregates from (its in-edges), so
 a neighbourhood is one contiguous range of ``indices.bin``. ``degree.bin`` is
 the out-degree: how many vertices aggregate from ``v``, which is what makes a
-feature row worth caching. All arrays are little-endian.
+feature row worth caching. ``self_loops.bin`` counts each vertex's edges
+``v -> v`` and exists only when the graph has some; ``extra["self_loops"]`` is
+their total (0 written too, so a store written before this field existed is
+recognisable by its absence). GCN's degree excludes them (PyG's ``gcn_norm``
+replaces every self loop by exactly one), and the fetcher reads the degree of
+the outermost hop from ``indptr`` alone, so it needs them per vertex without
+reading neighbour lists. All arrays are little-endian.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ FORMAT_NAME = "gnn-faas-graph"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 REQUIRED_BLOBS = ("indptr", "indices", "features")
-OPTIONAL_BLOBS = ("labels", "degree", "node_ids", "request_order")
+OPTIONAL_BLOBS = ("labels", "degree", "node_ids", "request_order", "self_loops")
 _ALLOWED_DTYPES = {"<i8", "<i4", "<f4", "<f2", "|u1", "|i1"}
 
 
@@ -100,6 +107,29 @@ def index_dtype(num_nodes: int) -> np.dtype:
     return np.dtype("<i4") if num_nodes < 2**31 else np.dtype("<i8")
 
 
+# rows of the CSR are checked for self loops ~16M edges at a time: the row id
+# of every edge, materialised at once, would double ingest's peak on big graphs
+_LOOP_CHUNK_EDGES = 1 << 24
+
+
+def self_loop_counts(
+    indptr: np.ndarray, indices: np.ndarray, chunk_edges: int = _LOOP_CHUNK_EDGES
+) -> np.ndarray:
+    """Edges ``v -> v`` in row ``v`` of an in-edge CSR, for every ``v`` (int64)."""
+    indptr = np.asarray(indptr, dtype=np.int64)
+    n = indptr.size - 1
+    loops = np.zeros(max(n, 0), np.int64)
+    if n <= 0 or indptr[-1] == 0:
+        return loops
+    cuts = np.searchsorted(indptr, np.arange(0, indptr[-1], chunk_edges), side="right") - 1
+    cuts = np.unique(np.concatenate((cuts, [n])))
+    for r0, r1 in zip(cuts[:-1], cuts[1:]):  # a loop over edge chunks, not vertices
+        rows = np.repeat(np.arange(r0, r1, dtype=np.int64), np.diff(indptr[r0 : r1 + 1]))
+        cols = np.asarray(indices[indptr[r0] : indptr[r1]])
+        loops[r0:r1] += np.bincount(rows[cols == rows] - r0, minlength=r1 - r0)
+    return loops
+
+
 def write_graph(
     store: StorageBackend | str,
     name: str,
@@ -133,6 +163,9 @@ def write_graph(
         "features": features,
         "degree": np.bincount(indices, minlength=n).astype("<i4"),
     }
+    loops = self_loop_counts(indptr, indices)
+    if loops.any():
+        arrays["self_loops"] = loops.astype("<i4")
     if labels is not None:
         arrays["labels"] = np.asarray(labels).astype("<i8", copy=False)
     if node_ids is not None:
@@ -160,7 +193,7 @@ def write_graph(
         symmetrized=bool(symmetrized),
         blobs=blobs,
         num_classes=int(num_classes),
-        extra=dict(extra or {}),
+        extra={**(extra or {}), "self_loops": int(loops.sum())},
     )
     backend.pipe_file(f"{name}/{MANIFEST}", manifest.to_json().encode())
     return manifest

@@ -79,6 +79,14 @@ class GraphOverlay:
         hi = np.searchsorted(self._dst_sorted, v, side="right")
         return (hi - lo).astype(np.int64)
 
+    def self_loops(self, vertices: np.ndarray) -> np.ndarray:
+        """Added edges ``v -> v`` of each of ``vertices``."""
+        v = np.asarray(vertices, dtype=np.int64)
+        loops = self.dst[self.src == self.dst]  # sorted: dst is
+        return (
+            np.searchsorted(loops, v, side="right") - np.searchsorted(loops, v, side="left")
+        ).astype(np.int64)
+
     def in_edges(self, vertices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(counts, concatenated sources)`` of the added in-edges of ``vertices``."""
         v = np.asarray(vertices, dtype=np.int64)

@@ -170,7 +170,7 @@ def build_srpe_graph(
         owner = np.repeat(np.arange(cand.size), c_u)
         from_q = np.isin(src_u, queries)
         nq_count += np.bincount(owner[from_q], minlength=cand.size)
-    deg_c = fetcher.in_degrees(cand, overlay)
+    deg_c = fetcher.gcn_degrees(cand, overlay)  # self loops excluded (PyG gcn_norm)
     # importance: u's weight in the queries' mean aggregates, sum_q 1 / |N(q)|
     owner_q = np.repeat(np.arange(queries.size), cq)
     w = 1.0 / np.maximum(cq[owner_q], 1)
@@ -204,8 +204,12 @@ def build_srpe_graph(
     known = (pos_b < cand.size) & (cand[np.minimum(pos_b, max(cand.size - 1, 0))] == boundary)
     deg_b[known] = deg_c[pos_b[known]]
     if (~known).any():
-        deg_b[~known] = fetcher.in_degrees(boundary[~known], overlay)
-    in_degree = np.concatenate((cq, c_r, deg_b)).astype(np.int64)
+        deg_b[~known] = fetcher.gcn_degrees(boundary[~known], overlay)
+    # computed rows: their lists are at hand, so their self loops are counted there
+    lists = np.concatenate((nq, n_r))
+    owner = np.repeat(np.arange(computed.size), counts)
+    loops = np.bincount(owner[lists == computed[owner]], minlength=computed.size)
+    in_degree = np.concatenate((counts - loops, deg_b)).astype(np.int64)
     return SrpeGraph(
         nodes=nodes,
         num_queries=int(queries.size),

@@ -7,7 +7,8 @@ reference is the PyG model itself: on the whole graph for full neighbourhoods,
 on the edge_index of the sampled computation graph for sampled ones.
 
 Helpers reusable by other tests: :func:`cora_fetcher`, :func:`import_via_cli`,
-:func:`pyg_full`, :func:`pyg_sampled`.
+:func:`pyg_full`, :func:`pyg_sampled`, :func:`looped_cora_fetcher` (Cora with
+self loops, where GCN's degree and GAT's self loop must follow PyG's rules).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from gnn_faas.functions.update import UpdateModel
 from gnn_faas.storage.computation_graph import ComputationGraph
 from gnn_faas.storage.datasets import ensure_dataset
 from gnn_faas.storage.fetcher import KHopFetcher
+from gnn_faas.storage.format import open_graph
+from gnn_faas.storage.ingest import build_csr, write_csr
 
 RTOL, ATOL = 1e-4, 1e-5
 ARCHS = {
@@ -48,6 +51,27 @@ ARCHS = {
 def cora_fetcher(store_dir: Path) -> KHopFetcher:
     """A fetcher on Cora (bundled, symmetrised) prepared into a file store."""
     return KHopFetcher(ensure_dataset(f"file://{store_dir}", "cora"))
+
+
+LOOPED = "cora-loops"
+
+
+def looped_cora_fetcher(cora: KHopFetcher) -> KHopFetcher:
+    """Cora with self loops added: one on a third of the vertices, a second
+    one on a tenth of those (PyG's GCN/GAT replace any number by exactly one;
+    SAGE and GIN aggregate each as an ordinary edge). Graph ``cora-loops`` in
+    the store of the fetcher ``cora``."""
+    g = cora.graph
+    indptr, indices = g.read_blob("indptr"), g.read_blob("indices")
+    n = g.num_nodes
+    dst = np.repeat(np.arange(n), np.diff(indptr))
+    rng = np.random.default_rng(3)
+    once = rng.choice(n, n // 3, replace=False)
+    twice = once[: once.size // 10]
+    loops = np.concatenate((once, twice))
+    graph = build_csr(np.concatenate((indices, loops)), np.concatenate((dst, loops)), num_nodes=n)
+    write_csr(g.backend, LOOPED, graph, np.array(g.read_blob("features"), np.float32))
+    return KHopFetcher(open_graph(g.backend, LOOPED))
 
 
 def import_via_cli(model: PygGNN, cfg: ModelConfig, out: Path) -> UpdateModel:
@@ -146,6 +170,38 @@ def test_sampled_neighbourhood_equals_pyg(name, fetcher, targets, tmp_path):
     assert cg.indices.size < full.indices.size  # the sample really drops edges
     out = run_layers(update.plan, cg, LocalTransport(fetcher, update))
     np.testing.assert_allclose(out, pyg_sampled(model, fetcher, cg), rtol=RTOL, atol=ATOL)
+
+
+@pytest.fixture(scope="module")
+def looped(fetcher) -> KHopFetcher:
+    return looped_cora_fetcher(fetcher)
+
+
+def self_loop_rows(cg: ComputationGraph) -> np.ndarray:
+    """Local ids of the expanded vertices whose (sampled) list holds themselves."""
+    rows = np.repeat(np.arange(cg.indptr.size - 1), np.diff(cg.indptr))
+    return np.unique(rows[cg.indices == rows])
+
+
+@pytest.mark.parametrize("name", list(ARCHS))
+def test_graph_with_self_loops_equals_pyg(name, looped, targets, tmp_path):
+    """Stored self loops: GCN's degree excludes them (PyG ``gcn_norm`` keeps one),
+    GAT replaces them by one, SAGE and GIN aggregate them; full and sampled."""
+    model, update = make_model(name, 2, looped, tmp_path)
+    cg = looped.fetch(targets, 2, degrees=True)
+    loops = self_loop_rows(cg)
+    assert loops.size > 10  # the computation graph really has self loops
+    # the degree excludes them: the full in-degree (indptr) is one or two more
+    full = np.diff(looped.graph.read_blob("indptr"))[cg.nodes]
+    assert np.all(cg.in_degree[loops] < full[loops])
+    out = run_layers(update.plan, cg, LocalTransport(looped, update))
+    ref = pyg_full(model, looped)
+    np.testing.assert_allclose(out[cg.target_index], ref[targets], rtol=RTOL, atol=ATOL)
+
+    cg = looped.fetch(targets, 2, fanouts=[5, 3], seed=11, degrees=True)
+    assert self_loop_rows(cg).size > 0  # some sampled lists keep their self loop
+    out = run_layers(update.plan, cg, LocalTransport(looped, update))
+    np.testing.assert_allclose(out, pyg_sampled(model, looped, cg), rtol=RTOL, atol=ATOL)
 
 
 @pytest.mark.parametrize("name", ["gcn", "gat"])

@@ -31,11 +31,14 @@ from gnn_faas.functions.memory_app import MemoryFunctionConfig, create_memory_ap
 from gnn_faas.functions.update import UpdateModel
 from tests.functions.test_composition import (
     ATOL,
+    LOOPED,
     RTOL,
     cora_fetcher,
+    looped_cora_fetcher,
     make_model,
     pyg_full,
     pyg_sampled,
+    self_loop_rows,
 )
 from tests.functions.test_pyg_import import Net, _per_layer_models
 
@@ -118,6 +121,37 @@ def test_sampled_neighbourhoods_equal_pyg(name, fetcher, memory, targets, tmp_pa
     assert cg.indices.size < fetcher.fetch(targets, 2).indices.size  # really sampled
     out = run_layers(update.plan, cg, transport)
     np.testing.assert_allclose(out, pyg_sampled(model, fetcher, cg), rtol=RTOL, atol=ATOL)
+
+
+@pytest.fixture(scope="module")
+def looped(fetcher):
+    return looped_cora_fetcher(fetcher)
+
+
+@pytest.fixture(scope="module")
+def looped_memory(looped):
+    store = looped.graph.backend.uri
+    app = create_memory_app(MemoryFunctionConfig(store=store, graph=LOOPED, memory_mb=2048))
+    base = "http://memory-loops.test"
+    return MemoryClient(base, session=session_for(app, base))
+
+
+@pytest.mark.parametrize("name", ARCHS)
+def test_graph_with_self_loops_through_the_functions_equals_pyg(
+    name, looped, looped_memory, targets, tmp_path
+):
+    """Cora with self loops, served by the memory and compute functions over
+    HTTP: the degrees the memory function ships exclude the self loops."""
+    model, update = make_model(name, 2, looped, tmp_path)
+    transport = HttpTransport(looped_memory, compute_client(tmp_path / "ckpt"))
+    cg = looped_memory.graph(targets, 2, degrees=True)
+    assert self_loop_rows(cg).size > 0
+    out = run_layers(update.plan, cg, transport)
+    ref = pyg_full(model, looped)
+    np.testing.assert_allclose(out[cg.target_index], ref[targets], rtol=RTOL, atol=ATOL)
+    cg = looped_memory.graph(targets, 2, fanouts=[5, 3], seed=11, degrees=True)
+    out = run_layers(update.plan, cg, transport)
+    np.testing.assert_allclose(out, pyg_sampled(model, looped, cg), rtol=RTOL, atol=ATOL)
 
 
 def test_partitioned_layer_through_the_memory_function(fetcher, memory, targets):

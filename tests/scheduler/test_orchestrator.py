@@ -22,7 +22,13 @@ from gnn_faas.functions.executor import LocalTransport, run_layers
 from gnn_faas.functions.layer_plan import ModelPlan
 from gnn_faas.scheduler.orchestrator import ClientCache, Orchestrator, compact_rows
 from gnn_faas.storage.computation_graph import Block
-from tests.functions.test_composition import cora_fetcher, make_model
+from tests.functions.test_composition import (
+    cora_fetcher,
+    looped_cora_fetcher,
+    make_model,
+    pyg_full,
+    self_loop_rows,
+)
 
 
 class InProcessMemory:
@@ -130,6 +136,29 @@ def test_partitioned_pipelined_run_equals_run_layers(tmp_path, name):
     # pipelining: partition 0's Update started while later partitions still waited
     # for their Aggregate (each later Aggregate found the first Update running)
     assert memory.waits and all(memory.waits)
+
+
+@pytest.mark.parametrize("name", ["gcn", "sage-mean", "gin", "gat"])
+def test_partitioned_run_on_a_graph_with_self_loops_equals_pyg(tmp_path, name):
+    """Partitions cut rows and compact sources (compact_rows): a stored self
+    loop becomes the row's own source, and GCN's degrees still exclude it."""
+    fetcher = looped_cora_fetcher(cora_fetcher(tmp_path / "store"))
+    model, update = make_model(name, 2, fetcher, tmp_path)
+    plan = ModelPlan.from_config(update.config)
+    targets = np.random.default_rng(3).choice(2708, 40, replace=False)
+    cg = fetcher.fetch(targets, 2, degrees=True)
+    assert self_loop_rows(cg).size > 0
+    memory = InProcessMemory(LocalTransport(fetcher, update), [], threading.Event())
+    memory.first_post.set()  # no waiting for a first Update: not a pipelining test
+    clients = InProcessClients(memory, InProcessCompute(update, [], memory.first_post))
+    orch = Orchestrator(
+        plan, InProcessPool("memory"), InProcessPool("compute"), budget_bytes=64 * 1024,
+        clients=clients,
+    )  # fmt: skip
+    got, stats = orch.run(cg)
+    assert stats.partitions[0] > 1
+    ref = pyg_full(model, fetcher)
+    np.testing.assert_allclose(got[cg.target_index], ref[targets], rtol=1e-4, atol=1e-5)
 
 
 class RealMemoryFunction:

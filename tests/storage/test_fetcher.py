@@ -141,7 +141,8 @@ def needed_bytes(case: Case, dist: np.ndarray, feature_ids: np.ndarray) -> int:
     """The exact bytes a full-neighbourhood fetch with degrees and a feature
     read need: per hop, the indptr entries ``[v, v+1]`` of the frontier (shared
     entries once) and its neighbour segments; the indptr entries of the
-    outermost vertices (their degrees); one feature row per distinct id."""
+    outermost vertices (their degrees) and, where the graph has self loops,
+    their int32 rows of ``self_loops.bin``; one feature row per distinct id."""
     deg = np.diff(case.adj.indptr)
     total = 0
     for h in range(case.hops + 1):
@@ -149,7 +150,14 @@ def needed_bytes(case: Case, dist: np.ndarray, feature_ids: np.ndarray) -> int:
         total += 8 * np.union1d(frontier, frontier + 1).size
         if h < case.hops:
             total += 4 * int(deg[frontier].sum())
+        elif case.adj.diagonal().any():
+            total += 4 * frontier.size
     return total + 4 * DIM * np.unique(feature_ids).size
+
+
+def gcn_degree(adj: sp.csr_matrix) -> np.ndarray:
+    """In-edges from other vertices (PyG's gcn_norm replaces self loops by one)."""
+    return np.diff(adj.indptr) - adj.diagonal().astype(np.int64)
 
 
 @PROPERTY
@@ -168,7 +176,7 @@ def _check_full_fetch(stores: Stores, is_file: bool, case: Case) -> None:
         assert cg.layer_sizes[case.hops - h] == within.size
         np.testing.assert_array_equal(np.sort(cg.nodes[: within.size]), within)
     check_layers(cg, case.adj, case.targets, case.hops)
-    np.testing.assert_array_equal(cg.in_degree, np.diff(case.adj.indptr)[cg.nodes])
+    np.testing.assert_array_equal(cg.in_degree, gcn_degree(case.adj)[cg.nodes])
 
     ids = case.ids
     rows = fetcher.read_features(ids, stats=stats)
@@ -208,12 +216,16 @@ def _check_sampled_fetch(stores: Stores, case: Case, fanout: int, seed: int) -> 
     expanded = cg.nodes[: cg.indptr.size - 1]
     deg = np.diff(case.adj.indptr)[expanded]
     np.testing.assert_array_equal(np.diff(cg.indptr), np.minimum(deg, fanout))
-    # PyG's view of a sampled subgraph: sampled in-degrees, 0 on the outermost hop
-    # (with no hop, nothing is sampled: the stored degrees)
+    # PyG's view of a sampled subgraph: sampled in-degrees without the sampled
+    # self loops, 0 on the outermost hop (with no hop, nothing is sampled: the
+    # stored degrees)
     outer = np.zeros(cg.nodes.size - expanded.size, np.int64)
     if case.hops == 0:
-        outer = np.diff(case.adj.indptr)[cg.nodes]
-    np.testing.assert_array_equal(cg.in_degree, np.concatenate((np.diff(cg.indptr), outer)))
+        outer = gcn_degree(case.adj)[cg.nodes]
+    kept_loops = sampled.diagonal()[expanded].astype(np.int64)
+    np.testing.assert_array_equal(
+        cg.in_degree, np.concatenate((np.diff(cg.indptr) - kept_loops, outer))
+    )
 
     # another batch sharing vertices samples each shared vertex identically
     batch = np.concatenate((case.batch, case.targets[:2]))
@@ -236,3 +248,56 @@ def test_sampled_fetch_is_reproducible_bounded_and_shared(store_uri):
         _check_sampled_fetch(stores)
     finally:
         stores.backend.close()
+
+
+def _looped_store(tmp_path, name: str, indices: list[int]) -> KHopFetcher:
+    """4 vertices; row v of the in-edge CSR lists the vertices v aggregates from."""
+    sizes = [3, 1, 1, 1]
+    write_graph(
+        f"file://{tmp_path}",
+        name,
+        indptr=np.concatenate(([0], np.cumsum(sizes))).astype(np.int64),
+        indices=np.array(indices, np.int64),
+        features=np.zeros((4, DIM), np.float32),
+        symmetrized=False,
+    )
+    return KHopFetcher(open_graph(f"file://{tmp_path}", name))
+
+
+def test_self_loops_are_stored_and_excluded_from_gcn_degrees(tmp_path):
+    import dataclasses
+
+    from gnn_faas.storage.format import MANIFEST
+    from gnn_faas.storage.overlay import GraphOverlay
+
+    # vertex 0 has two self loops and an edge from 3; vertex 2 one self loop
+    f = _looped_store(tmp_path, "loops", [0, 0, 3, 0, 2, 1])
+    g = f.graph
+    assert g.manifest.extra["self_loops"] == 3 and g.has("self_loops")
+    v = np.array([0, 1, 2, 3])
+    assert f.in_degrees(v).tolist() == [3, 1, 1, 1]
+    assert f.self_loops(v).tolist() == [2, 0, 1, 0]
+    assert f.gcn_degrees(v).tolist() == [1, 1, 0, 1]
+    cg = f.fetch([0, 2], 1, degrees=True)  # rows 0 and 2 expanded; 3 is outer
+    assert cg.nodes.tolist() == [0, 2, 3] and cg.in_degree.tolist() == [1, 0, 1]
+    # added edges: 4 -> 4, 4 -> 0 and another 0 -> 0
+    ov = GraphOverlay.build(4, np.zeros((1, DIM)), np.array([[4, 4], [4, 0], [0, 0]]), False)
+    assert f.self_loops(np.array([0, 4]), ov).tolist() == [3, 1]
+    assert f.gcn_degrees(np.array([0, 4]), ov).tolist() == [2, 0]
+
+    # a graph without self loops: count 0, no blob, and no read for them
+    plain = _looped_store(tmp_path, "plain", [1, 2, 3, 0, 3, 1])
+    assert plain.graph.manifest.extra["self_loops"] == 0
+    assert not plain.graph.has("self_loops")
+    trips = plain.reader.stats.round_trips
+    assert plain.self_loops(v).tolist() == [0, 0, 0, 0]
+    assert plain.reader.stats.round_trips == trips
+
+    # a store written before the count existed: the neighbour lists are read
+    extra = {k: x for k, x in g.manifest.extra.items() if k != "self_loops"}
+    blobs = {k: b for k, b in g.manifest.blobs.items() if k != "self_loops"}
+    legacy = dataclasses.replace(g.manifest, extra=extra, blobs=blobs)
+    g.backend.pipe_file(f"loops/{MANIFEST}", legacy.to_json().encode())
+    old = KHopFetcher(open_graph(g.backend, "loops"))
+    assert not old.graph.has("self_loops")
+    assert old.gcn_degrees(v).tolist() == [1, 1, 0, 1]

@@ -10,7 +10,7 @@ import pytest
 from gnn_faas.errors import BlobNotFound, CorruptBlob, InvalidRequest, NotFound
 from gnn_faas.storage.backends import open_backend
 from gnn_faas.storage.datasets import prepare_dataset
-from gnn_faas.storage.format import list_graphs, open_graph, write_graph
+from gnn_faas.storage.format import list_graphs, open_graph, self_loop_counts, write_graph
 
 BLOBS = ["indptr", "indices", "features", "labels", "degree", "node_ids", "request_order"]
 
@@ -128,3 +128,13 @@ def test_write_graph_rejects_inconsistent_arrays(tmp_path):
             symmetrized=False,
         )
     assert list_graphs(str(tmp_path)) == []
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 1 << 24])
+def test_self_loop_counts_any_chunking(chunk):
+    # rows: 0 <- {0, 0, 3}, 1 <- {}, 2 <- {2}, 3 <- {1, 3, 3, 3}, 4 <- {0}
+    indptr = np.array([0, 3, 3, 4, 8, 9])
+    indices = np.array([0, 0, 3, 2, 1, 3, 3, 3, 0])
+    assert self_loop_counts(indptr, indices, chunk).tolist() == [2, 0, 1, 3, 0]
+    assert self_loop_counts(np.array([0]), np.array([], np.int64)).tolist() == []
+    assert self_loop_counts(np.zeros(3, np.int64), np.array([], np.int64)).tolist() == [0, 0]

@@ -19,7 +19,13 @@ from gnn_faas.storage.format import open_graph, write_graph
 from gnn_faas.storage.overlay import GraphOverlay
 from gnn_faas.storage.recompute_policy import CandidateScores, budget_count, select_recomputed
 from gnn_faas.storage.srpe_graph import build_srpe_graph
-from tests.functions.test_composition import ATOL, RTOL, cora_fetcher, make_model
+from tests.functions.test_composition import (
+    ATOL,
+    RTOL,
+    cora_fetcher,
+    looped_cora_fetcher,
+    make_model,
+)
 from tests.storage.test_overlay import new_request
 
 
@@ -86,7 +92,10 @@ def test_budget_one_equals_exact_and_zero_reuses_stored(name, layers, fetcher, t
         assert not np.allclose(out0[none.target_index], exact, atol=1e-4)
 
 
-def test_stored_vertex_targets_are_exact_at_any_budget(fetcher, tmp_path):
+@pytest.mark.parametrize("looped", [False, True], ids=["cora", "cora-self-loops"])
+def test_stored_vertex_targets_are_exact_at_any_budget(looped, fetcher, tmp_path):
+    if looped:  # precomputed and SRPE degrees must exclude self loops, as exact ones do
+        fetcher = looped_cora_fetcher(fetcher)
     _, update, emb = setup("gcn", 2, fetcher, tmp_path)
     targets = np.array([10, 200, 10, 1500])
     cg = fetcher.fetch(targets, 2, degrees=True)
