@@ -35,8 +35,11 @@ TIMEOUT_S = 20.0
 # GNN_FAAS_FUZZ_SCALE=10 multiplies every example count, for a longer fuzz by hand
 SCALE = max(1, int(os.environ.get("GNN_FAAS_FUZZ_SCALE", "1")))
 # the gateway's RSS may grow by this much over a whole fuzz run (the bug this
-# guards against allocated in proportion to an id: gigabytes per request)
-RSS_BUDGET = 256 * 2**20
+# guards against allocated in proportion to an id: gigabytes per request). The
+# gateway runs in the test process, whose RSS also holds what pytest, hypothesis
+# and the PyG reference load lazily during the module (276 MiB seen once in a full
+# suite run), so the budget sits well above that and far below the bug.
+RSS_BUDGET = 768 * 2**20
 
 
 @pytest.fixture(scope="module")
