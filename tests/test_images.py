@@ -123,7 +123,8 @@ IMPORTS = {
     "import gnn_faas.functions.memory_app",
     "compute": "import torch, gnn_faas.functions.compute_app; assert torch.__version__",
     "gateway": "import importlib.util as u; assert u.find_spec('torch') is None; "
-    "import docker, gnn_faas.gateway.app",
+    "import docker, kubernetes, gnn_faas.gateway.app, gnn_faas.scheduler.platform.knative, "
+    "gnn_faas.scheduler.platform.openfaas",
 }
 
 
