@@ -4,7 +4,8 @@ Azure 2019 function, replayed open loop at its own rate (~75 requests/s) into
 a stack deployed as the bundled calibration was measured (256/512 MB
 functions, at most 4 instances, one warm). The run directory is written.
 
-p50 must agree within 15%; GB-s per request within 40% (see below) and p99
+p50 must agree within 15%; GB-s per request within 15% plus two instance-launch
+quanta (see below) and p99
 within 50%: on a 2-core machine shared with other work, a live tail follows
 the machine's load, which a profile measured at another moment cannot know.
 The measured agreement is reported in the README."""
@@ -69,10 +70,16 @@ def test_live_replay_agrees_with_the_simulation(served, tmp_path):
     keys = ("p50_ms", "p99_ms", "gb_s_per_request", "cold_starts")
     figures = {k: (live[k], sim[k]) for k in keys}  # shown when an assertion fails
     assert sim["p50_ms"] == pytest.approx(live["p50_ms"], rel=0.15), figures
-    # each instance launched or not moves a 30 s window's GB-s by a third or more
-    # of the warm pair's: the simulator launches memory+compute pairs, the
-    # gateway each function on its own, as the machine's load makes it need them
-    assert sim["gb_s_per_request"] == pytest.approx(live["gb_s_per_request"], rel=0.4), figures
+    # GB-s per request within 15% plus two launch quanta: one memory+compute pair
+    # kept over the whole window, per request. The simulator launches pairs, the
+    # gateway each function on its own as the machine's load makes it need them,
+    # so in a 30 s window one launch more or less moves the figure by a quantum
+    # (the 5-minute window in the README agrees within 15%).
+    platform = stack.config["platform"]
+    pair_gb = (platform["memory_function_mb"] + platform["compute_function_mb"]) / 1024
+    quantum = pair_gb * args.minutes * 60 / live["requests"]
+    gap = abs(sim["gb_s_per_request"] - live["gb_s_per_request"])
+    assert gap <= 0.15 * live["gb_s_per_request"] + 2 * quantum, (figures, quantum)
     assert sim["p99_ms"] == pytest.approx(live["p99_ms"], rel=0.5), figures
     assert sim["mean_sharing_degree"] == pytest.approx(live["mean_sharing_degree"], abs=0.1)
     # the run directory
