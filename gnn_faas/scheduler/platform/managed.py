@@ -30,7 +30,7 @@ import contextlib
 import itertools
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -48,6 +48,12 @@ class Tracked(Protocol):
 
     instance: Instance
     calls: int
+
+
+def snapshots(entries: Iterable[Tracked], name: str | None = None) -> list[Instance]:
+    """Copies of the entries' instances (of function ``name``); call under the
+    table's lock."""
+    return [replace(e.instance) for e in entries if name is None or e.instance.spec.name == name]
 
 
 @contextlib.contextmanager
@@ -236,11 +242,7 @@ class ManagedPlatform(Platform):
     def instances(self, name: str | None = None) -> list[Instance]:
         self._poll()
         with self._lock:
-            return [
-                replace(r.instance)
-                for r in self._running.values()
-                if name is None or r.instance.spec.name == name
-            ]
+            return snapshots(self._running.values(), name)
 
     def busy(self, instance_id: str) -> contextlib.AbstractContextManager[Instance]:
         def lookup() -> tuple[Running, str]:

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from gnn_faas.clock import Clock, RealClock
 from gnn_faas.errors import GnnFaasError, NotFound, Unavailable
 from gnn_faas.scheduler.platform.base import FunctionSpec, Instance, Platform
-from gnn_faas.scheduler.platform.managed import track_call
+from gnn_faas.scheduler.platform.managed import snapshots, track_call
 from gnn_faas.scheduler.platform.metering import Meter, MeteringReport
 
 log = logging.getLogger(__name__)
@@ -300,11 +300,7 @@ class ReplicaSlotPlatform(Platform):
             self.refresh(fn.spec)
         self._mark_failed()
         with self._lock:
-            return [
-                replace(s.instance)
-                for s in self._slots.values()
-                if name is None or s.instance.spec.name == name
-            ]
+            return snapshots(self._slots.values(), name)
 
     def busy(self, instance_id: str) -> contextlib.AbstractContextManager[Instance]:
         """Busy time is billed to the slot's replica while the gateway meters it."""
