@@ -39,7 +39,8 @@ same pid namespace) is gone, so instances of a SIGKILLed gateway never linger
 past the next start; :meth:`shutdown` (also :mod:`atexit`) removes its own.
 
 Keep-alive, scale to zero, ``busy`` and metering behave as on the local
-platform (:mod:`gnn_faas.scheduler.platform.local`).
+platform: both are a :class:`~gnn_faas.scheduler.platform.managed.ManagedPlatform`
+(the shared instance table); this module provides its hooks.
 """
 
 from __future__ import annotations

@@ -19,7 +19,9 @@ instances idle (no call in flight) for longer than their spec's
 to the process group, waits ``stop_grace_s``, then SIGKILLs what is left
 (gunicorn workers included); every child is waited for, so no zombies and no
 ports stay bound. ``shutdown`` (also registered with :mod:`atexit`) stops
-everything.
+everything. The instance table, ``busy``, keep-alive and the reaper are
+:class:`~gnn_faas.scheduler.platform.managed.ManagedPlatform`'s; this module
+provides its hooks (terminate, exit status).
 
 Times (started, ready, last used, keep-alive, metering) come from ``clock``; a
 :class:`~gnn_faas.clock.FakeClock` makes keep-alive and metering deterministic

@@ -30,6 +30,7 @@ import contextlib
 import itertools
 import logging
 import threading
+from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -121,25 +122,27 @@ class ManagedPlatform(Platform):
         none; call :meth:`reap` yourself); :meth:`shutdown` runs at exit."""
         if interval_s is not None:
             self._reaper = threading.Thread(
-                target=self._reap_loop, args=(float(interval_s),), daemon=True,
+                target=self._reap_loop,
+                args=(float(interval_s),),
+                daemon=True,
                 name=self.reaper_name,
-            )  # fmt: skip
+            )
             self._reaper.start()
         atexit.register(self.shutdown)
 
     # -- hooks -------------------------------------------------------------------------
+    @abstractmethod
     def _exited(self, live: dict[str, Running], force: bool) -> dict[str, str]:
         """Of the ``live`` instances (not stopped or failed), those whose process
         or container has exited: ``{id: reason}``. ``force``: ask the backend
         now even if a backend rate-limits its polls."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _terminate(self, run: Running, grace: float, *, count_exit: bool = False) -> None:
         """Stop one instance: SIGTERM, wait up to ``grace`` seconds (0: kill
         now), SIGKILL what is left, and release all it holds (no zombies, no
         port, no container). ``count_exit``: it was live when asked to stop; a
         backend that counts failures counts it if it had exited already."""
-        raise NotImplementedError
 
     def _terminate_all(self, runs: list[tuple[str, Running]], grace: float) -> None:
         """Stop many instances in one grace period, not one each (default: every
