@@ -39,37 +39,32 @@ same pid namespace) is gone, so instances of a SIGKILLed gateway never linger
 past the next start; :meth:`shutdown` (also :mod:`atexit`) removes its own.
 
 Keep-alive, scale to zero, ``busy`` and metering behave as on the local
-platform (:mod:`gnn_faas.scheduler.platform.local`).
+platform: both are a :class:`~gnn_faas.scheduler.platform.managed.ManagedPlatform`
+(the shared instance table); this module provides its hooks.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import itertools
 import logging
 import math
 import os
 import re
 import socket
 import stat
-import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from gnn_faas.clock import Clock, RealClock
+from gnn_faas.clock import Clock
 from gnn_faas.errors import InvalidRequest, MissingExtra, NotFound, Unavailable
 from gnn_faas.health import probe_ready
-from gnn_faas.scheduler.platform.base import FunctionSpec, Instance, Platform
-from gnn_faas.scheduler.platform.metering import Meter, MeteringReport
+from gnn_faas.scheduler.platform.base import FunctionSpec, Instance
+from gnn_faas.scheduler.platform.managed import ManagedPlatform, Running
 
 log = logging.getLogger(__name__)
 
@@ -168,17 +163,11 @@ def check_readable(path: str, what: str) -> None:
             )
 
 
-@dataclass
-class _Running:
-    instance: Instance
-    container_id: str
-    calls: int = 0
-
-
-class DockerPlatform(Platform):
+class DockerPlatform(ManagedPlatform):
     """Function instances as containers (see the module docstring)."""
 
     name = "docker"
+    reaper_name = "gnn-faas-docker-reaper"
 
     def __init__(
         self,
@@ -202,11 +191,10 @@ class DockerPlatform(Platform):
         container. Raises :class:`~gnn_faas.errors.Unavailable` when no engine
         answers."""
         docker = _docker()
-        self.clock = clock if clock is not None else RealClock()
+        super().__init__(clock, stop_grace_s)
         self.host = host
         self.images = {**DEFAULT_IMAGES, **(images or {})}
         self.start_timeout_s = float(start_timeout_s)
-        self.stop_grace_s = float(stop_grace_s)
         self.memory_aware_cache = bool(memory_aware_cache)
         self.tmpfs_mb = int(tmpfs_mb)
         self.extra_env = dict(env or {})
@@ -235,25 +223,10 @@ class DockerPlatform(Platform):
             f"{LABEL}.owner-start": _process_start(pid),
             f"{LABEL}.owner-scope": owner_scope(),
         }
-        self.meter = Meter(self.clock)
-        self._running: dict[str, _Running] = {}
         self._failures: Counter[tuple[str, str]] = Counter()
-        self._ids = itertools.count(1)
-        self._lock = threading.RLock()
-        self._closed = False
         self._last_poll = 0.0
         self.orphans_removed = self.remove_orphans()
-        self._stop_reaper = threading.Event()
-        self._reaper: threading.Thread | None = None
-        if reaper_interval_s is not None:
-            self._reaper = threading.Thread(
-                target=self._reap_loop,
-                args=(float(reaper_interval_s),),
-                daemon=True,
-                name="gnn-faas-docker-reaper",
-            )
-            self._reaper.start()
-        atexit.register(self.shutdown)
+        self._start_reaper(reaper_interval_s)
 
     # -- preflight -----------------------------------------------------------------
     def check_images(self, kinds: tuple[str, ...] = ("memory", "compute")) -> None:
@@ -331,12 +304,11 @@ class DockerPlatform(Platform):
         )
 
     def launch(self, spec: FunctionSpec) -> Instance:
-        if self._closed:
-            raise Unavailable("the docker platform has been shut down")
+        self._check_open()
         docker = _docker()
         if spec.kind not in self.images:
             raise Unavailable(f"no image for function kind {spec.kind!r}")
-        iid = f"{spec.name}-{next(self._ids)}"
+        iid = self._new_id(spec)
         port = free_port(self.host)
         kwargs = self._container_args(spec, iid, port)
         t0 = time.perf_counter()
@@ -359,19 +331,10 @@ class DockerPlatform(Platform):
             self._count(spec.name, "start_error")
             self._remove(container.id, grace=0.0)
             raise Unavailable(f"cannot start {spec.name}: {exc}") from None
-        inst = Instance(
-            id=iid,
-            spec=spec,
-            url=f"http://{self.host}:{port}",
-            pid=None,
-            state="starting",
-            started_at=now,
-            last_used=now,
+        run = self._register(
+            iid, spec, container.id, url=f"http://{self.host}:{port}", pid=None, at=now
         )
-        run = _Running(inst, container.id)
-        with self._lock:
-            self._running[iid] = run
-        self.meter.start(iid, spec.name, spec.memory_mb, spec.vcpus, at=now)
+        inst = run.instance
         log.info("launching %s: container %s of %s", iid, container.name, kwargs["image"])
 
         reason = self._wait_ready(container, inst.url, t0 + self.start_timeout_s)
@@ -390,16 +353,8 @@ class DockerPlatform(Platform):
         cold = time.perf_counter() - t0
         with contextlib.suppress(Exception):
             container.reload()
-        with self._lock:
-            now = self.clock.now()
-            inst.ready_at, inst.last_used, inst.cold_start_s = now, now, cold
-            inst.pid = (container.attrs.get("State") or {}).get("Pid") or None
-            if inst.state == "starting":
-                inst.state = "ready"
-            snapshot = replace(inst)
-        self.meter.ready(iid, cold)
-        log.info("%s ready at %s after a %.3f s cold start", iid, inst.url, cold)
-        return snapshot
+        pid = (container.attrs.get("State") or {}).get("Pid") or None
+        return self._mark_ready(run, cold, pid=pid)
 
     def _wait_ready(self, container, url: str, deadline: float) -> tuple[str, str] | None:
         """``None`` once ready, else ``(reason, message)``."""
@@ -455,43 +410,29 @@ class DockerPlatform(Platform):
             return "oom"
         return f"exit_{state.get('ExitCode')}"
 
-    def stop(self, instance_id: str) -> None:
-        with self._lock:
-            run = self._running.pop(instance_id, None)
-            if run is None:
-                return
-            was_failed = run.instance.state == "failed"
-            if not was_failed:
-                run.instance.state = "stopped"
-        self._finish(instance_id, run, counted=was_failed)
-
-    def _finish(self, instance_id: str, run: _Running, counted: bool) -> None:
+    # -- hooks of ManagedPlatform ----------------------------------------------------------
+    def _terminate(self, run: Running, grace: float, *, count_exit: bool = False) -> None:
+        """Stop and remove the container (:meth:`_remove`). ``count_exit``: the
+        pool stops an instance whose call failed, maybe before :meth:`_poll` saw
+        it exit; such an exit (or an OOM kill) is counted as a failure."""
         exited_before = False
-        if not counted:
+        if count_exit:
             with contextlib.suppress(Exception):
-                exited_before = self.client.containers.get(run.container_id).status in (
+                exited_before = self.client.containers.get(run.handle).status in (
                     "exited",
                     "dead",
                 )
-        state = self._remove(run.container_id, self.stop_grace_s)
-        # the pool stops an instance whose call failed, maybe before _poll saw it exit
-        if not counted and (exited_before or state.get("OOMKilled")):
+        state = self._remove(run.handle, grace)
+        if count_exit and (exited_before or state.get("OOMKilled")):
             self._count(run.instance.spec.name, self.failure_reason(state))
-        self.meter.stop(instance_id)
-        log.info("stopped %s", instance_id)
 
-    def _poll(self, force: bool = False) -> None:
-        """Mark instances whose container exited as failed (and stop billing
-        them); one engine call for all of them, at most every 0.2 s."""
+    def _exited(self, live: dict[str, Running], force: bool) -> dict[str, str]:
+        """The containers that exited, by :meth:`failure_reason`: one engine call
+        for all of them, at most every 0.2 s unless ``force``."""
         now = time.monotonic()
         with self._lock:
-            live = {
-                r.container_id: iid
-                for iid, r in self._running.items()
-                if r.instance.state not in ("stopped", "failed")
-            }
-            if not live or (not force and now - self._last_poll < 0.2):
-                return
+            if not force and now - self._last_poll < 0.2:
+                return {}
             self._last_poll = now
         try:
             exited = self.client.api.containers(
@@ -500,132 +441,54 @@ class DockerPlatform(Platform):
             )
         except Exception as exc:
             log.debug("polling containers failed: %s", exc)
-            return
+            return {}
+        by_container = {run.handle: iid for iid, run in live.items()}
+        out = {}
         for row in exited:
-            iid = live.get(row["Id"])
+            iid = by_container.get(row["Id"])
             if iid is None:
                 continue
             try:
                 state = self.client.api.inspect_container(row["Id"]).get("State") or {}
             except Exception:
                 state = {}
-            with self._lock:
-                run = self._running.get(iid)
-                if run is None or run.instance.state in ("stopped", "failed"):
-                    continue
-                run.instance.state = "failed"
-            reason = self.failure_reason(state)
-            self._count(run.instance.spec.name, reason)
-            log.warning("instance %s failed (%s)", iid, reason)
-            self.meter.stop(iid)
+            out[iid] = self.failure_reason(state)
+        return out
+
+    def _on_failure(self, run: Running, reason: str) -> None:
+        self._count(run.instance.spec.name, reason)
+
+    def _drop_failed(self, run: Running) -> None:
+        self._remove(run.handle, grace=0.0)
+
+    def _terminate_all(self, runs: list[tuple[str, Running]], grace: float) -> None:
+        """Every container at once, then anything of ours the table lost track
+        of (a launch cut short)."""
+        super()._terminate_all(runs, grace)
+        with contextlib.suppress(Exception):
+            for c in self.client.containers.list(
+                all=True, filters={"label": f"{LABEL}.owner={self.owner}"}
+            ):
+                c.remove(force=True)
+
+    def _close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.close()
 
     # -- queries ------------------------------------------------------------------------
-    def instances(self, name: str | None = None) -> list[Instance]:
-        self._poll()
-        with self._lock:
-            return [
-                replace(r.instance)
-                for r in self._running.values()
-                if name is None or r.instance.spec.name == name
-            ]
-
     def container_id(self, instance_id: str) -> str:
         """The container of an instance (tests and tools inspect or kill it)."""
         with self._lock:
             run = self._running.get(instance_id)
             if run is None:
                 raise NotFound(f"no instance {instance_id!r}")
-            return run.container_id
+            return run.handle
 
     def failure_counts(self) -> dict[tuple[str, str], int]:
         """``{(function, reason): count}`` of instances that failed."""
         self._poll()
         with self._lock:
             return dict(self._failures)
-
-    @contextlib.contextmanager
-    def busy(self, instance_id: str) -> Iterator[Instance]:
-        with self._lock:
-            run = self._running.get(instance_id)
-            if run is None:
-                raise NotFound(f"no instance {instance_id!r}")
-            if not run.instance.available:
-                raise Unavailable(f"instance {instance_id} is {run.instance.state}")
-            run.calls += 1
-            run.instance.state = "busy"
-            snapshot = replace(run.instance)
-        self.meter.busy_begin(instance_id)
-        try:
-            yield snapshot
-        finally:
-            with self._lock:
-                run.calls -= 1
-                run.instance.last_used = self.clock.now()
-                if run.calls == 0 and run.instance.state == "busy":
-                    run.instance.state = "ready"
-            self.meter.busy_end(instance_id)
-
-    def reap(self) -> list[str]:
-        self._poll(force=True)
-        now = self.clock.now()
-        with self._lock:
-            failed = [i for i, r in self._running.items() if r.instance.state == "failed"]
-            idle = [
-                i
-                for i, r in self._running.items()
-                if r.instance.state == "ready"
-                and r.calls == 0
-                and now - r.instance.last_used > r.instance.spec.keep_alive_s
-            ]
-            gone = [(iid, self._running.pop(iid)) for iid in failed]
-            to_stop = [(iid, self._running.pop(iid)) for iid in idle]
-            for _, run in to_stop:
-                run.instance.state = "stopped"
-        for _, run in gone:
-            self._remove(run.container_id, grace=0.0)
-        for iid, run in to_stop:
-            log.info("%s idle past its keep-alive: scaling it in", iid)
-            self._finish(iid, run, counted=True)
-        return failed + idle
-
-    def _reap_loop(self, interval: float) -> None:
-        while not self._stop_reaper.wait(interval):
-            try:
-                self.reap()
-            except Exception:  # never let the reaper die silently
-                log.exception("reaper failed")
-
-    def metering(self, start: float | None = None, end: float | None = None) -> MeteringReport:
-        self._poll()
-        return self.meter.report(start, end)
-
-    def shutdown(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-        self._stop_reaper.set()
-        if self._reaper is not None and self._reaper is not threading.current_thread():
-            self._reaper.join(timeout=10)
-        with self._lock:
-            runs = list(self._running.items())
-            self._running.clear()
-        # every container at once: shutdown takes one grace period, not n
-        if runs:
-            with ThreadPoolExecutor(max_workers=min(16, len(runs))) as pool:
-                list(pool.map(lambda r: self._remove(r[1].container_id, self.stop_grace_s), runs))
-        for iid, _ in runs:
-            self.meter.stop(iid)
-        # anything of ours the table lost track of (a launch cut short)
-        with contextlib.suppress(Exception):
-            for c in self.client.containers.list(
-                all=True, filters={"label": f"{LABEL}.owner={self.owner}"}
-            ):
-                c.remove(force=True)
-        with contextlib.suppress(Exception):
-            atexit.unregister(self.shutdown)
-        with contextlib.suppress(Exception):
-            self.client.close()
 
 
 def preflight(settings) -> None:

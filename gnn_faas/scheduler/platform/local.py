@@ -19,7 +19,9 @@ instances idle (no call in flight) for longer than their spec's
 to the process group, waits ``stop_grace_s``, then SIGKILLs what is left
 (gunicorn workers included); every child is waited for, so no zombies and no
 ports stay bound. ``shutdown`` (also registered with :mod:`atexit`) stops
-everything.
+everything. The instance table, ``busy``, keep-alive and the reaper are
+:class:`~gnn_faas.scheduler.platform.managed.ManagedPlatform`'s; this module
+provides its hooks (terminate, exit status).
 
 Times (started, ready, last used, keep-alive, metering) come from ``clock``; a
 :class:`~gnn_faas.clock.FakeClock` makes keep-alive and metering deterministic
@@ -47,9 +49,7 @@ them. Two mechanisms:
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import itertools
 import json
 import logging
 import math
@@ -60,20 +60,18 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 import psutil
 
-from gnn_faas.clock import Clock, RealClock
-from gnn_faas.errors import NotFound, Unavailable
+from gnn_faas.clock import Clock
+from gnn_faas.errors import Unavailable
 from gnn_faas.health import probe_ready
-from gnn_faas.scheduler.platform.base import FunctionSpec, Instance, Platform
-from gnn_faas.scheduler.platform.metering import Meter, MeteringReport
+from gnn_faas.scheduler.platform.base import FunctionSpec, Instance
+from gnn_faas.scheduler.platform.managed import ManagedPlatform, Running
 from gnn_faas.scheduler.platform.parent_death import die_with
 
 log = logging.getLogger(__name__)
@@ -126,13 +124,6 @@ def reap_orphans(registry_dir: str | Path) -> list[int]:
     return killed
 
 
-@dataclass
-class _Running:
-    instance: Instance
-    proc: subprocess.Popen
-    calls: int = 0  # calls in flight
-
-
 def _tail(path: Path, limit: int = 2000) -> str:
     try:
         data = path.read_bytes()[-limit:]
@@ -141,7 +132,7 @@ def _tail(path: Path, limit: int = 2000) -> str:
     return data.decode("utf-8", "replace").strip()
 
 
-class LocalPlatform(Platform):
+class LocalPlatform(ManagedPlatform):
     """Function instances as processes on this machine."""
 
     name = "local"
@@ -167,17 +158,15 @@ class LocalPlatform(Platform):
         every instance. ``registry_dir``: where instances are recorded for
         crash recovery (default :func:`default_registry_dir`); orphans of dead
         owners found there are reaped now."""
-        self.clock = clock if clock is not None else RealClock()
+        super().__init__(clock, stop_grace_s)
         self.host = host
         self.python = python
         self.start_timeout_s = float(start_timeout_s)
-        self.stop_grace_s = float(stop_grace_s)
         self.command_factory = command_factory or self.serve_command
         self.extra_env = dict(env or {})
         self._own_log_dir = log_dir is None
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="gnn-faas-instances-"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.meter = Meter(self.clock)
         self.registry_dir = Path(registry_dir) if registry_dir else default_registry_dir()
         self.registry_dir.mkdir(parents=True, exist_ok=True)
         self.reaped_orphans = reap_orphans(self.registry_dir)
@@ -185,21 +174,7 @@ class LocalPlatform(Platform):
         self._pid_t = _create_time(self._pid)
         # every fork happens on this one long-lived thread: PDEATHSIG follows the thread
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gnn-faas-spawner")
-        self._running: dict[str, _Running] = {}
-        self._ids = itertools.count(1)
-        self._lock = threading.RLock()
-        self._closed = False
-        self._stop_reaper = threading.Event()
-        self._reaper: threading.Thread | None = None
-        if reaper_interval_s is not None:
-            self._reaper = threading.Thread(
-                target=self._reap_loop,
-                args=(float(reaper_interval_s),),
-                daemon=True,
-                name="gnn-faas-reaper",
-            )
-            self._reaper.start()
-        atexit.register(self.shutdown)
+        self._start_reaper(reaper_interval_s)
 
     # -- commands ----------------------------------------------------------------
     def serve_command(self, spec: FunctionSpec, host: str) -> list[str]:
@@ -224,9 +199,8 @@ class LocalPlatform(Platform):
 
     # -- lifecycle ---------------------------------------------------------------
     def launch(self, spec: FunctionSpec) -> Instance:
-        if self._closed:
-            raise Unavailable("the local platform has been shut down")
-        iid = f"{spec.name}-{next(self._ids)}"
+        self._check_open()
+        iid = self._new_id(spec)
         log_path = self.log_dir / f"{iid}.log"
         argv = self.command_factory(spec, self.host)
         t0 = time.perf_counter()
@@ -247,37 +221,21 @@ class LocalPlatform(Platform):
             self._record(iid, proc.pid)
         except OSError as exc:
             raise Unavailable(f"cannot start {spec.name}: {exc}") from None
-        now = self.clock.now()
-        inst = Instance(
-            id=iid, spec=spec, url="", pid=proc.pid, state="starting", started_at=now, last_used=now
-        )
-        run = _Running(inst, proc)
-        with self._lock:
-            self._running[iid] = run
-        self.meter.start(iid, spec.name, spec.memory_mb, spec.vcpus, at=now)
+        run = self._register(iid, spec, proc, url="", pid=proc.pid, at=self.clock.now())
         log.info("launching %s: %s", iid, " ".join(argv))
 
         url, reason = self._wait_ready(proc, log_path, t0 + self.start_timeout_s)
         if url is None:
             self._terminate(run, grace=0.0)
             with self._lock:
-                inst.state = "failed"
+                run.instance.state = "failed"
             self.meter.stop(iid)
             tail = _tail(log_path)
             raise Unavailable(
                 f"instance {iid} of {spec.name!r} did not become ready: {reason}"
                 + (f"; log tail:\n{tail}" if tail else "")
             )
-        cold = time.perf_counter() - t0
-        with self._lock:
-            now = self.clock.now()
-            inst.url, inst.ready_at, inst.last_used, inst.cold_start_s = url, now, now, cold
-            if inst.state == "starting":
-                inst.state = "ready"
-            snapshot = replace(inst)
-        self.meter.ready(iid, cold)
-        log.info("%s ready at %s after a %.3f s cold start", iid, url, cold)
-        return snapshot
+        return self._mark_ready(run, time.perf_counter() - t0, url=url)
 
     def _wait_ready(
         self, proc: subprocess.Popen, log_path: Path, deadline: float
@@ -318,10 +276,11 @@ class LocalPlatform(Platform):
         tmp.write_text(json.dumps(rec))
         tmp.replace(self._record_path(iid))
 
-    def _terminate(self, run: _Running, grace: float) -> None:
+    # -- hooks of ManagedPlatform ----------------------------------------------------
+    def _terminate(self, run: Running, grace: float, *, count_exit: bool = False) -> None:
         """SIGTERM the process group, SIGKILL what is left after ``grace``; wait
-        for every process so none is left a zombie."""
-        proc = run.proc
+        for every process so none is left a zombie; drop its registry record."""
+        proc: subprocess.Popen = run.handle
         try:
             children = psutil.Process(proc.pid).children(recursive=True)
         except psutil.Error:
@@ -343,123 +302,29 @@ class LocalPlatform(Platform):
         with contextlib.suppress(OSError):
             self._record_path(run.instance.id).unlink()
 
-    def stop(self, instance_id: str) -> None:
-        with self._lock:
-            run = self._running.pop(instance_id, None)
-            if run is None:
-                return
-            if run.instance.state != "failed":
-                run.instance.state = "stopped"
-        self._finish(instance_id, run)
+    def _terminate_all(self, runs: list[tuple[str, Running]], grace: float) -> None:
+        """SIGTERM every process group first, then wait: one grace period, not n,
+        and no thread per instance."""
+        for _, run in runs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(run.handle.pid, signal.SIGTERM)
+        for _, run in runs:
+            self._terminate(run, grace)
 
-    def _finish(self, instance_id: str, run: _Running) -> None:
-        self._terminate(run, self.stop_grace_s)
-        self.meter.stop(instance_id)
-        log.info("stopped %s", instance_id)
+    def _exited(self, live: dict[str, Running], force: bool) -> dict[str, str]:
+        """The processes that exited (``Popen.poll``), by exit status."""
+        codes = {iid: run.handle.poll() for iid, run in live.items()}
+        return {iid: f"exited with status {c}" for iid, c in codes.items() if c is not None}
 
-    def _poll(self) -> None:
-        """Mark instances whose process died as failed (and stop billing them)."""
-        dead = []
-        with self._lock:
-            for iid, run in self._running.items():
-                if run.instance.state not in ("stopped", "failed") and run.proc.poll() is not None:
-                    run.instance.state = "failed"
-                    dead.append((iid, run))
-        for iid, run in dead:
-            log.warning("instance %s exited with status %s", iid, run.proc.returncode)
-            self.meter.stop(iid)
-            self._terminate(run, grace=0.0)  # its workers, if any survived it
+    def _on_failure(self, run: Running, reason: str) -> None:
+        self._terminate(run, grace=0.0)  # its workers, if any survived it
+
+    def _close(self) -> None:
+        self._spawner.shutdown(wait=False)
+        if self._own_log_dir:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
     # -- queries -----------------------------------------------------------------
-    def instances(self, name: str | None = None) -> list[Instance]:
-        self._poll()
-        with self._lock:
-            return [
-                replace(r.instance)
-                for r in self._running.values()
-                if name is None or r.instance.spec.name == name
-            ]
-
     def log_path(self, instance_id: str) -> Path:
         """The instance's log file (kept after it stops, until shutdown)."""
         return self.log_dir / f"{instance_id}.log"
-
-    @contextlib.contextmanager
-    def busy(self, instance_id: str) -> Iterator[Instance]:
-        with self._lock:
-            run = self._running.get(instance_id)
-            if run is None:
-                raise NotFound(f"no instance {instance_id!r}")
-            if not run.instance.available:
-                raise Unavailable(f"instance {instance_id} is {run.instance.state}")
-            run.calls += 1
-            run.instance.state = "busy"
-            snapshot = replace(run.instance)
-        self.meter.busy_begin(instance_id)
-        try:
-            yield snapshot
-        finally:
-            with self._lock:
-                run.calls -= 1
-                run.instance.last_used = self.clock.now()
-                if run.calls == 0 and run.instance.state == "busy":
-                    run.instance.state = "ready"
-            self.meter.busy_end(instance_id)
-
-    def reap(self) -> list[str]:
-        self._poll()
-        now = self.clock.now()
-        with self._lock:
-            failed = [i for i, r in self._running.items() if r.instance.state == "failed"]
-            idle = [
-                i
-                for i, r in self._running.items()
-                if r.instance.state == "ready"
-                and r.calls == 0
-                and now - r.instance.last_used > r.instance.spec.keep_alive_s
-            ]
-            # Out of the table under the lock: no call can be routed to them now.
-            for iid in failed:
-                self._running.pop(iid)
-            to_stop = [(iid, self._running.pop(iid)) for iid in idle]
-            for _, run in to_stop:
-                run.instance.state = "stopped"
-        for iid, run in to_stop:
-            log.info("%s idle past its keep-alive: scaling it in", iid)
-            self._finish(iid, run)
-        return failed + idle
-
-    def _reap_loop(self, interval: float) -> None:
-        while not self._stop_reaper.wait(interval):
-            try:
-                self.reap()
-            except Exception:  # never let the reaper die silently
-                log.exception("reaper failed")
-
-    def metering(self, start: float | None = None, end: float | None = None) -> MeteringReport:
-        self._poll()
-        return self.meter.report(start, end)
-
-    def shutdown(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-        self._stop_reaper.set()
-        if self._reaper is not None and self._reaper is not threading.current_thread():
-            self._reaper.join(timeout=10)
-        with self._lock:
-            runs = list(self._running.items())
-            self._running.clear()
-        # SIGTERM everyone first, then wait: shutdown takes one grace period, not n.
-        for _, run in runs:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(run.proc.pid, signal.SIGTERM)
-        for iid, run in runs:
-            self._terminate(run, self.stop_grace_s)
-            self.meter.stop(iid)
-        self._spawner.shutdown(wait=False)
-        with contextlib.suppress(Exception):
-            atexit.unregister(self.shutdown)
-        if self._own_log_dir:
-            shutil.rmtree(self.log_dir, ignore_errors=True)

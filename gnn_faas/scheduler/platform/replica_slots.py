@@ -41,12 +41,12 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from gnn_faas.clock import Clock, RealClock
 from gnn_faas.errors import GnnFaasError, NotFound, Unavailable
 from gnn_faas.scheduler.platform.base import FunctionSpec, Instance, Platform
+from gnn_faas.scheduler.platform.managed import snapshots, track_call
 from gnn_faas.scheduler.platform.metering import Meter, MeteringReport
 
 log = logging.getLogger(__name__)
@@ -300,37 +300,21 @@ class ReplicaSlotPlatform(Platform):
             self.refresh(fn.spec)
         self._mark_failed()
         with self._lock:
-            return [
-                replace(s.instance)
-                for s in self._slots.values()
-                if name is None or s.instance.spec.name == name
-            ]
+            return snapshots(self._slots.values(), name)
 
-    @contextlib.contextmanager
-    def busy(self, instance_id: str) -> Iterator[Instance]:
-        with self._lock:
+    def busy(self, instance_id: str) -> contextlib.AbstractContextManager[Instance]:
+        """Busy time is billed to the slot's replica while the gateway meters it."""
+
+        def lookup() -> tuple[_Slot, str | None]:
             slot = self._slots.get(instance_id)
             if slot is None:
                 raise NotFound(f"no slot {instance_id!r}")
             if slot.instance.state == "failed":
                 raise Unavailable(f"replica {slot.replica} of slot {instance_id} is gone")
-            slot.calls += 1
-            slot.instance.state = "busy"
-            snapshot = replace(slot.instance)
             key = f"{slot.instance.spec.name}/{slot.replica}"
-            metered = key in self._functions[slot.instance.spec.name].metered
-        if metered:
-            self.meter.busy_begin(key)
-        try:
-            yield snapshot
-        finally:
-            with self._lock:
-                slot.calls -= 1
-                slot.instance.last_used = self.clock.now()
-                if slot.calls == 0 and slot.instance.state == "busy":
-                    slot.instance.state = "ready"
-            if metered:
-                self.meter.busy_end(key)
+            return slot, key if key in self._functions[slot.instance.spec.name].metered else None
+
+        return track_call(self._lock, self.clock, self.meter, lookup)
 
     def reap(self) -> list[str]:
         """Drop failed slots with no call in flight (Knative and OpenFaaS scale
