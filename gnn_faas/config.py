@@ -53,7 +53,7 @@ class GatewayConfig:
     # admission control (gateway/admission.py): shed when the predicted latency
     # exceeds admission_headroom * SLO; admission: false admits everything
     admission: bool = True
-    admission_headroom: float = 0.7
+    admission_headroom: float = 0.65
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,7 @@ class AdmissionController:
         self,
         slo_s: float,
         clock: Clock | None = None,
-        headroom: float = 0.7,
+        headroom: float = 0.65,
         enabled: bool = True,
         # optimistic start: a burst that graph sharing batches well is admitted,
         # and late answers cut the limit multiplicatively within a few SLOs

@@ -154,7 +154,8 @@ def test_reaper_thread_scales_to_zero(script):
     with LocalPlatform(command_factory=factory(script), reaper_interval_s=0.05) as platform:
         inst = platform.launch(spec(keep_alive_s=0.3))
         assert wait_for(lambda: platform.instances() == [])
-        assert inst.pid not in {p.pid for p in children()}
+        # out of the table first (no call can be routed to it), then terminated
+        assert wait_for(lambda: inst.pid not in {p.pid for p in children()})
     assert {p.pid for p in children()} == before
 
 
