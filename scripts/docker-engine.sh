@@ -86,16 +86,23 @@ cmd_start() {
 }
 
 cmd_stop() {
-  local dir=$1 pid
-  [ -f "$dir/docker.pid" ] || return 0
-  pid=$(cat "$dir/docker.pid")
-  if kill -0 "$pid" 2>/dev/null; then
+  local dir=$1 pid=""
+  [ -d "$dir" ] || return 0
+  [ -f "$dir/docker.pid" ] && pid=$(cat "$dir/docker.pid")
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
     log "stopping dockerd (pid $pid)"
     kill -TERM "$pid"
     for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
     kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
   fi
   rm -f "$dir/docker.pid" "$dir/docker.sock"
+  # dockerd leaves its default network namespace bind-mounted under the exec root:
+  # unmount what it left under DIR so `rm -rf build` (make clean) can remove it
+  local abs m
+  abs=$(cd "$dir" && pwd)
+  for m in $(awk -v d="$abs/" 'index($2, d) == 1 {print $2}' /proc/self/mounts | sort -r); do
+    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+  done
 }
 
 cmd_running() {
