@@ -41,6 +41,7 @@ import itertools
 import logging
 import threading
 import time
+from abc import abstractmethod
 from dataclasses import dataclass, field, replace
 
 from gnn_faas.clock import Clock, RealClock
@@ -125,10 +126,10 @@ class ReplicaSlotPlatform(Platform):
         self._closed = False
 
     # -- the hook ----------------------------------------------------------------
+    @abstractmethod
     def observe(self, spec: FunctionSpec) -> FunctionView:
         """Read the platform's view of ``spec``'s function. Raise
         :class:`PlatformAPIError` (or :class:`NotFound`) with a clear message."""
-        raise NotImplementedError
 
     def want_replicas(self, spec: FunctionSpec, view: FunctionView, slots: int) -> None:
         """Every ready replica is full and the gateway wants ``slots`` slots:
