@@ -129,8 +129,13 @@ def replay_live(
     senders: int = 64,
     timeout_s: float = 30.0,
     progress: bool = False,
+    warmup_s: float = 0.0,
 ) -> LiveRun:
-    """Replay open loop with the status sampler; metering over the replay."""
+    """Replay open loop with the status sampler; metering over the replay.
+
+    The first ``warmup_s`` seconds are replayed but not measured: the summary,
+    the metering window and the run directory start at the end of the warm-up
+    (times shifted so it is 0)."""
     import requests
 
     from gnn_faas.traces.replay import StatusSampler, replay
@@ -141,13 +146,15 @@ def replay_live(
         result = replay(url, model, arrivals, targets, max_senders=senders,
                         timeout_s=timeout_s, progress=progress)  # fmt: skip
         time.sleep(1.0)  # one more sample after the last answer
-    # metering from the first send to the last answer
+    result = result.after(warmup_s)
+    samples = [{**s, "t": s["t"] - warmup_s} for s in sampler.samples]
+    # metering from the first measured send to the last answer
     w0 = result.start_monotonic
-    last = np.nanmax(result.send + result.latency) if len(arrivals) else 0.0
+    n = int(result.arrival.size)
+    last = np.nanmax(result.send + result.latency) if n else 0.0
     status = requests.get(f"{url}/v1/status", params={"window_start": w0,
                           "window_end": w0 + float(last)}, timeout=30).json()  # fmt: skip
     metering = status["metering"]["total"]
-    n = int(len(arrivals))
     ok = result.status == 200
     lat = result.latency[ok]
     q = np.percentile(lat, [50, 99]) * 1e3 if lat.size else np.zeros(2)
@@ -157,7 +164,8 @@ def replay_live(
         "requests": n,
         "ok": int(ok.sum()),
         "errors": int(n - ok.sum()),
-        "duration_s": float(duration_s),
+        "duration_s": float(duration_s) - warmup_s,
+        "warmup_s": float(warmup_s),
         "slo_s": slo_s,
         "p50_ms": float(q[0]),
         "p99_ms": float(q[1]),
@@ -173,7 +181,7 @@ def replay_live(
         "dollars": live_dollars(result, status, prices, n),
         "error_examples": result.error_messages[:3],
     }
-    return LiveRun(summary, result, sampler.samples, status)
+    return LiveRun(summary, result, samples, status)
 
 
 def write_live(out: Path, run: LiveRun, duration_s: float, sim_runs: dict | None = None) -> None:
@@ -227,13 +235,14 @@ def run_replay(trace_name: str, args: argparse.Namespace) -> dict:
     prices = load_prices(args.prices)
     run = replay_live(url, args.model, trace.arrivals, targets, slo_s=slo, prices=prices,
                       duration_s=trace.duration_s, senders=args.senders,
-                      timeout_s=args.timeout, progress=not args.no_progress)  # fmt: skip
+                      timeout_s=args.timeout, progress=not args.no_progress,
+                      warmup_s=trace.warmup_s)  # fmt: skip
     run.summary.update(trace=trace_name, graph=graph_name, mode=mode)
     sim_runs: dict = {}
     if args.predict:
         run.summary["simulated"], sim_runs = predict(trace, graph, args, slo, prices, mode)
     if args.out:
-        write_live(Path(args.out), run, trace.duration_s, sim_runs)
+        write_live(Path(args.out), run, trace.measured_s, sim_runs)
         run.summary["out"] = str(args.out)
     return run.summary
 
@@ -251,6 +260,6 @@ def predict(trace, graph, args, slo, prices, mode) -> tuple[dict, dict]:
     setup = setup_simulation(trace, graph, cal, slo)
     main = MODE_POLICY.get(mode, "gnn_faas")
     names = [main] + [p for p in parse_policies(args.policies) if p != main]
-    runs = simulate(setup, names)
-    policies = {n: r.summary(slo, prices, trace.duration_s) for n, r in runs.items()}
+    runs = {n: r.after(trace.warmup_s) for n, r in simulate(setup, names).items()}
+    policies = {n: r.summary(slo, prices, trace.measured_s) for n, r in runs.items()}
     return {"prediction": main, "policies": policies}, runs

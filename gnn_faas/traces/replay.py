@@ -17,7 +17,7 @@ import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import requests
@@ -42,6 +42,31 @@ class ReplayResult:
     sharing: np.ndarray = field(default_factory=lambda: np.zeros(0))
     execution: list[str] = field(default_factory=list)
     start_monotonic: float = 0.0
+
+    def after(self, t0: float) -> ReplayResult:
+        """The requests that arrived at or after ``t0`` (the end of a warm-up),
+        with times shifted so ``t0`` is 0 (``start_monotonic`` moves with them)."""
+        if t0 <= 0:
+            return self
+        m = self.arrival >= t0
+        ok = m & (self.status == 200)
+        return replace(
+            self,
+            sent=int(m.sum()),
+            ok=int(ok.sum()),
+            errors=int(m.sum() - ok.sum()),
+            latencies_s=self.latency[ok].tolist(),
+            # answered requests' parameters are kept in answer order: not per arrival
+            parameters=[],
+            arrival=self.arrival[m] - t0,
+            send=self.send[m] - t0,
+            latency=self.latency[m],
+            status=self.status[m],
+            buffer_wait=self.buffer_wait[m],
+            sharing=self.sharing[m],
+            execution=[e for e, k in zip(self.execution, m, strict=True) if k],
+            start_monotonic=self.start_monotonic + t0,
+        )
 
     def summary(self, slo_s: float) -> dict:
         lat = np.asarray(self.latencies_s) if self.latencies_s else np.zeros(1)

@@ -95,15 +95,18 @@ def simulate_trace(trace_name: str, args: argparse.Namespace) -> dict:
     runs = simulate(setup, policies, update)
     close()
     slo = setup.buffer_config.slo_s
+    # figures for the window after the warm-up (the whole trace without one)
+    runs = {n: r.after(trace.warmup_s) for n, r in runs.items()}
     result = {
         "wall_s": time.perf_counter() - t0,
-        "requests": trace.requests,
+        "requests": trace.measured_requests,
         "trace": trace_name,
         "graph": args.graph,
-        "duration_s": trace.duration_s,
+        "duration_s": trace.measured_s,
+        "warmup_s": trace.warmup_s,
         "slo_s": slo,
         "calibration": cal.meta.get("measured_at", ""),
-        "policies": {n: r.summary(slo, prices, trace.duration_s) for n, r in runs.items()},
+        "policies": {n: r.summary(slo, prices, trace.measured_s) for n, r in runs.items()},
     }
     if args.out:
         write_simulation(Path(args.out), result, runs)

@@ -102,6 +102,39 @@ class PolicyRun:
     def busy_gb_s(self) -> float:
         return float(np.sum((self.inv_end - self.inv_start) * self.inv_mb) / 1024.0)
 
+    def after(self, t0: float) -> PolicyRun:
+        """The run as measured from ``t0`` on, with times shifted so ``t0`` is 0:
+        the requests arriving at or after ``t0``, the executions starting then,
+        and every instance alive after ``t0`` with its life clipped to start
+        there (so GB-s is the allocated-GB integral over the measured window).
+        A live replay with ``--warmup`` is measured the same way."""
+        if t0 <= 0:
+            return self
+        r = self.arrivals >= t0
+        e = self.inv_start >= t0
+        i = self.inst_stop > t0
+        return PolicyRun(
+            name=self.name,
+            arrivals=self.arrivals[r] - t0,
+            done=self.done[r] - t0,
+            cold=self.cold[r],
+            buffer_wait=self.buffer_wait[r],
+            sharing=self.sharing[r],
+            dropped=self.dropped[r],
+            inv_start=self.inv_start[e] - t0,
+            inv_end=self.inv_end[e] - t0,
+            inv_mb=self.inv_mb[e],
+            inst_spawn=np.maximum(self.inst_spawn[i], t0) - t0,
+            inst_stop=self.inst_stop[i] - t0,
+            inst_mb=self.inst_mb[i],
+            inst_vcpus=self.inst_vcpus[i],
+            cold_starts=int((self.inst_spawn >= t0).sum()),
+            serverful=self.serverful,
+            billing=self.billing,
+            wall_s=self.wall_s,
+            extra=self.extra,
+        )
+
     def horizon(self) -> int:
         ends = [self.arrivals.max(initial=0.0), self.inst_stop.max(initial=0.0)]
         ends.append(self.inv_end.max(initial=0.0))

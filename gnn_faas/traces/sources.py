@@ -2,7 +2,10 @@
 
 ``TRACE`` is ``azure2019``, ``azure2021`` or ``twitter`` (files from
 ``../shared/datasets`` unless ``--trace-file``); ``--day`` takes the whole
-trace, otherwise ``--minutes`` from ``--start-minute``. Twitter reads the
+trace, otherwise ``--minutes`` from ``--start-minute``, preceded by
+``--warmup`` seconds of the trace that are played (or simulated) but not
+measured: figures are for the window only, with the instances the warm-up
+left behind, rather than for a system starting cold into full load. Twitter reads the
 per-second day, or the raw first hour with ``--raw-hour``.
 """
 
@@ -22,6 +25,12 @@ def add_trace_arguments(p: argparse.ArgumentParser, default_minutes: float = 5.0
     g.add_argument("--day", action="store_true", help="the whole trace")
     g.add_argument("--minutes", type=float, default=default_minutes, help="window length")
     g.add_argument("--start-minute", type=float, default=0.0, help="window start (minutes)")
+    g.add_argument(
+        "--warmup",
+        type=float,
+        default=0.0,
+        help="seconds of the trace before the window, played but not measured",
+    )
     g.add_argument("--speedup", type=float, default=1.0, help="time compression (shape kept)")
     g.add_argument("--seed", type=int, default=0, help="seed for spreading arrivals")
     g.add_argument("--spread", choices=SPREADS, default=None, help="spread inside a bin")
@@ -60,11 +69,18 @@ def load_trace(name: str, args: argparse.Namespace) -> Trace:
             )
     else:
         raise InvalidRequest(f"unknown trace {name!r}; choose from {list(TRACES)}")
+    warmup = float(getattr(args, "warmup", 0.0) or 0.0)
+    if warmup < 0:
+        raise InvalidRequest("--warmup must be >= 0 seconds")
     if args.day:
+        if warmup:
+            raise InvalidRequest("--warmup needs a window (--minutes, --start-minute), not --day")
         return trace
     if args.minutes <= 0 or args.start_minute < 0:
         raise InvalidRequest("--minutes must be positive and --start-minute >= 0")
-    w = trace.window(args.start_minute * 60.0, args.minutes * 60.0)
-    if w.requests == 0:
+    start = args.start_minute * 60.0
+    warm = min(warmup, start)  # as much of it as the trace holds before the window
+    w = trace.window(start - warm, args.minutes * 60.0 + warm, warmup_s=warm)
+    if w.measured_requests == 0:
         raise InvalidRequest(f"no arrivals in that window of the {name} trace")
     return w

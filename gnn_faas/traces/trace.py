@@ -46,7 +46,9 @@ class Trace:
     """Arrivals (seconds, sorted) of one or more trace functions.
 
     ``function[i]`` indexes ``functions`` (names); ``duration_s`` is the span
-    the trace covers (arrivals lie in ``[0, duration_s)``)."""
+    the trace covers (arrivals lie in ``[0, duration_s)``). The first
+    ``warmup_s`` seconds (``meta``, 0 unless a window was cut with a warm-up)
+    are played but not measured."""
 
     name: str
     arrivals: np.ndarray
@@ -63,8 +65,22 @@ class Trace:
     def requests(self) -> int:
         return int(self.arrivals.size)
 
-    def window(self, start_s: float, duration_s: float) -> Trace:
-        """The arrivals in ``[start_s, start_s + duration_s)``, shifted to start at 0."""
+    @property
+    def warmup_s(self) -> float:
+        return float(self.meta.get("warmup_s", 0.0))
+
+    @property
+    def measured_s(self) -> float:
+        """The span the figures are for: the duration after the warm-up."""
+        return self.duration_s - self.warmup_s
+
+    @property
+    def measured_requests(self) -> int:
+        return int(self.arrivals.size - np.searchsorted(self.arrivals, self.warmup_s))
+
+    def window(self, start_s: float, duration_s: float, warmup_s: float = 0.0) -> Trace:
+        """The arrivals in ``[start_s, start_s + duration_s)``, shifted to start at 0;
+        the first ``warmup_s`` of it are the warm-up."""
         lo, hi = np.searchsorted(self.arrivals, [start_s, start_s + duration_s])
         return Trace(
             self.name,
@@ -72,7 +88,7 @@ class Trace:
             self.function[lo:hi],
             self.functions,
             float(min(duration_s, max(self.duration_s - start_s, 0.0))),
-            {**self.meta, "window_start_s": float(start_s)},
+            {**self.meta, "window_start_s": float(start_s), "warmup_s": float(warmup_s)},
         )
 
     def per_second(self) -> np.ndarray:

@@ -4,11 +4,18 @@ Azure 2019 function, replayed open loop at its own rate (~75 requests/s) into
 a stack deployed as the bundled calibration was measured (256/512 MB
 functions, at most 4 instances, one warm). The run directory is written.
 
+The window is preceded by 15 s of the trace, replayed and simulated but not
+measured (``--warmup``): without it the stack starts with one warm instance
+into ~75 requests/s, and on the local platform the instances it launches then
+(Python processes importing torch) take the same two cores the serving ones
+run on, so the first second's requests wait far longer than a cloud's cold
+start would make them (live p99 433-794 ms against 216 ms simulated, while
+after the first 2 s the two agree within 4%).
+
 p50 must agree within 15%; GB-s per request within 15% plus two instance-launch
-quanta (see below) and p99
-within 50%: on a 2-core machine shared with other work, a live tail follows
-the machine's load, which a profile measured at another moment cannot know.
-The measured agreement is reported in the README."""
+quanta (see below) and p99 within 30%: on a 2-core machine shared with other
+work, a live tail follows the machine's load, which a profile measured at
+another moment cannot know. The measured agreement is reported in the README."""
 
 from __future__ import annotations
 
@@ -61,7 +68,7 @@ def test_live_replay_agrees_with_the_simulation(served, tmp_path):
         url=stack.url, model="bitcoin-otc", store=store, out=str(out), senders=64,
         timeout=30.0, slo=None, predict=True, policies="gnn_faas", calibration=None,
         prices=None, no_progress=True, trace_file=None, day=False, minutes=0.5,
-        start_minute=60.0, speedup=1.0, seed=0, spread=None, rank=0, function=None,
+        start_minute=60.0, warmup=15.0, speedup=1.0, seed=0, spread=None, rank=0, function=None,
         frequent=False, random_offset=False, raw_hour=False,
     )  # fmt: skip
     live = run_replay("azure2019", args)
@@ -80,7 +87,7 @@ def test_live_replay_agrees_with_the_simulation(served, tmp_path):
     quantum = pair_gb * args.minutes * 60 / live["requests"]
     gap = abs(sim["gb_s_per_request"] - live["gb_s_per_request"])
     assert gap <= 0.15 * live["gb_s_per_request"] + 2 * quantum, (figures, quantum)
-    assert sim["p99_ms"] == pytest.approx(live["p99_ms"], rel=0.5), figures
+    assert sim["p99_ms"] == pytest.approx(live["p99_ms"], rel=0.3), figures
     assert sim["mean_sharing_degree"] == pytest.approx(live["mean_sharing_degree"], abs=0.1)
     # the run directory
     summary = json.loads((out / "summary.json").read_text())

@@ -71,6 +71,16 @@ def test_open_loop_bounded_and_recorded(server):
     assert r.sharing[0] == 0.5 and r.execution[0] == "e"
     # four senders at 50 ms each cannot keep up with 200 requests/s: sends lag
     assert np.nanmax(r.send - arrivals) > 0.2
+    # after a warm-up of 0.1 s: the later requests, times from its end
+    w = r.after(0.1)
+    m = arrivals >= 0.1
+    assert w.sent == m.sum() and w.ok + w.errors == w.sent
+    assert w.errors == int((r.status[m] != 200).sum())
+    np.testing.assert_allclose(w.arrival, arrivals[m] - 0.1)
+    np.testing.assert_allclose(w.send, r.send[m] - 0.1)
+    np.testing.assert_allclose(w.latency, r.latency[m])
+    assert w.execution == [e for e, k in zip(r.execution, m, strict=True) if k]
+    assert w.start_monotonic == pytest.approx(r.start_monotonic + 0.1)
 
 
 def test_replay_cli_unreachable_gateway(capsys):

@@ -48,8 +48,28 @@ def test_simulate_json_and_run_directory(tmp_path, bitcoin_store, capsys):
         (["simulate", "azure2019", "--minutes", "0"], "--minutes"),
         (["simulate", "azure2021", "--trace-file", "/nonexistent.csv"], "not found"),
         (["simulate", "calibrate"], "--out"),
+        (["simulate", "azure2019", "--warmup", "-1"], "--warmup"),
+        (["simulate", "twitter", "--day", "--warmup", "10"], "--warmup"),
     ],
 )
 def test_simulate_bad_input(argv, message, capsys, bitcoin_store):
     assert main([*argv, "--store", bitcoin_store]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_simulate_with_a_warm_up_measures_the_same_window(bitcoin_store, capsys):
+    """``--warmup 30`` simulates the 30 s before the window too, and reports
+    the window: the same requests as without it, with the instances the
+    warm-up launched already there (no more cold starts, never fewer GB-s)."""
+    base = ["simulate", "azure2019", "--minutes", "1", "--start-minute", "60", "--store",
+            bitcoin_store, "--policies", "gnn_faas,request_centric", "--json"]  # fmt: skip
+    assert main(base) == 0
+    cold = json.loads(capsys.readouterr().out)
+    assert main([*base, "--warmup", "30"]) == 0
+    warm = json.loads(capsys.readouterr().out)
+    assert warm["requests"] == cold["requests"] and warm["warmup_s"] == 30.0
+    assert warm["duration_s"] == cold["duration_s"] == 60.0
+    for name in ("gnn_faas", "request_centric"):
+        c, w = cold["policies"][name], warm["policies"][name]
+        assert w["requests"] == c["requests"]
+        assert w["cold_starts"] <= c["cold_starts"]

@@ -158,3 +158,21 @@ def test_all_policies_with_forked_gnn_faas(setup, runs, monkeypatch):
     g, s = par["gnn_faas"], runs["gnn_faas"]
     assert np.isclose(g.buffer_wait, s.buffer_wait).mean() > 0.97
     assert g.gb_s == pytest.approx(s.gb_s, rel=0.05)
+
+
+@pytest.mark.parametrize("name", POLICIES)
+def test_after_measures_the_window_behind_a_warm_up(runs, setup, name):
+    """``after(t0)``: the requests arriving from ``t0``, GB-s as the allocated
+    timeline's integral from ``t0`` (instances launched in the warm-up and
+    still alive are counted from ``t0``), cold starts launched from ``t0``."""
+    run = runs[name]
+    t0 = 20.0
+    w = run.after(t0)
+    m = run.arrivals >= t0
+    assert w.arrivals.size == int(m.sum()) and w.arrivals.min() >= 0.0
+    np.testing.assert_allclose(w.latency[~w.dropped], run.latency[m & ~run.dropped])
+    full, win = run.timeline(), w.timeline(run.horizon() - int(t0))
+    assert win["allocated_gb"].sum() == pytest.approx(full["allocated_gb"][int(t0) :].sum())
+    assert w.gb_s == pytest.approx(full["allocated_gb"][int(t0) :].sum(), rel=1e-9)
+    assert w.cold_starts == int((run.inst_spawn >= t0).sum())
+    assert run.after(0.0) is run

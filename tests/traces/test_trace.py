@@ -63,3 +63,11 @@ def test_open_lines_names_truncated_gzip(tmp_path):
         list(open_lines(p))
     with pytest.raises(NotFound):
         list(open_lines(tmp_path / "missing.gz"))
+
+
+def test_window_with_a_warm_up():
+    tr = Trace("x", np.array([0.5, 10.0, 55.0, 61.0, 119.0]), np.zeros(5, np.int32), ("f",), 120.0)
+    w = tr.window(50.0, 70.0, warmup_s=10.0)
+    np.testing.assert_allclose(w.arrivals, [5.0, 11.0, 69.0])
+    assert (w.warmup_s, w.measured_s, w.measured_requests) == (10.0, 60.0, 2)
+    assert (tr.warmup_s, tr.measured_requests) == (0.0, 5)
