@@ -29,6 +29,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--predict", action="store_true", help="simulate the same window beside it")
     p.add_argument("--policies", default="all", help="policies simulated with --predict")
     p.add_argument("--calibration", default=None, help="calibration JSON (default: bundled)")
+    p.add_argument(
+        "--fit-warmup",
+        action="store_true",
+        help="with --predict and --warmup: refit the profile's execution times "
+        "on the warm-up's executions before predicting the window",
+    )
     p.add_argument("--prices", default=None, help="price YAML (default: bundled)")
     p.add_argument("--json", action="store_true", help="compact JSON on stdout")
     p.add_argument("--no-progress", action="store_true")
@@ -42,6 +48,8 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.senders < 1 or args.timeout <= 0:
         raise InvalidRequest("--senders must be >= 1 and --timeout positive")
+    if args.fit_warmup and not (args.predict and args.warmup > 0):
+        raise InvalidRequest("--fit-warmup needs --predict and a --warmup")
     summary = run_replay(args.trace, args)
     json.dump(summary, sys.stdout, indent=None if args.json else 2, sort_keys=True)
     sys.stdout.write("\n")

@@ -64,6 +64,14 @@ from gnn_faas.storage.srpe_graph import build_srpe_graph
 log = logging.getLogger("gnn_faas.gateway")
 
 
+def stage_ms(stats) -> dict[str, float]:
+    """Milliseconds an execution held memory instances (Aggregate calls) and
+    compute instances (Update calls), summed over its calls: what each
+    function's pool was busy with (``gnn-faas simulate calibrate`` splits the
+    execution time between the two pools by them)."""
+    return {"aggregate_ms": stats.aggregate_seconds * 1e3, "update_ms": stats.update_seconds * 1e3}
+
+
 class MeteredPool:
     """A :class:`FunctionPool` whose every call runs inside ``platform.busy``:
     the platform meters busy GB-s and knows when an instance was last used."""
@@ -461,6 +469,7 @@ class ModelRuntime:
             "partitions": stats.partitions,
             "predicted_rows": total,
             "update_device": stats.device,
+            **stage_ms(stats),
         }
         for p, rows in zip(pendings, request_rows):
             self._finish(p, h, rows, info)
@@ -492,6 +501,7 @@ class ModelRuntime:
             "aggregated_rows": stats.aggregated_rows,
             "predicted_rows": p.predicted_rows,
             "update_device": stats.device,
+            **stage_ms(stats),
         }
         self._finish(p, h, p.cg.target_index, info)
 

@@ -14,7 +14,9 @@ the deployment's function sizes and caps), then:
    answers (latency minus buffer wait, median over its requests); then the
    same for ``trace_s`` seconds of the busiest Azure 2019 function replayed at
    its own rate (executions under load: contention is part of the figure);
-3. fits ``T(rows) = a + b·rows`` on those samples;
+3. fits ``T(rows) = a + b·rows`` on those samples, and takes the memory
+   function's share of the instance time from the gateway's ``aggregate_ms``
+   and ``update_ms``;
 4. times a full download of the graph's blobs from the store (what a
    DGL-serverless or serverful instance does at start-up).
 """
@@ -57,6 +59,31 @@ def _executions(params: list[dict], targets: list[int], sets: Any) -> list[tuple
         ]
         out.append((int(u.size), float(statistics.median(secs))))
     return out
+
+
+def memory_share(params: list[dict]) -> float:
+    """Median over answers of ``aggregate_ms / (aggregate_ms + update_ms)``."""
+    a = np.asarray([p.get("aggregate_ms", np.nan) for p in params], dtype=np.float64)
+    u = np.asarray([p.get("update_ms", np.nan) for p in params], dtype=np.float64)
+    return share_of(a, u)
+
+
+def share_of(aggregate: np.ndarray, update: np.ndarray) -> float:
+    """Median of ``aggregate / (aggregate + update)`` over the finite pairs."""
+    a, u = np.asarray(aggregate, np.float64), np.asarray(update, np.float64)
+    ok = np.isfinite(a) & np.isfinite(u) & (a + u > 0)
+    if not ok.any():
+        raise InvalidRequest("the gateway reported no aggregate_ms/update_ms per request")
+    return float(np.median(a[ok] / (a[ok] + u[ok])))
+
+
+def replay_executions(result: Any, targets: np.ndarray, sets: Any, mask: np.ndarray) -> list:
+    """``(union rows, seconds)`` per execution of a replay's answered requests
+    in ``mask`` (``sets``: k-hop sets holding their targets)."""
+    ok = np.flatnonzero(mask & (result.status == 200))
+    params = [{"execution": result.execution[i], "latency_ms": result.latency[i] * 1e3,
+               "buffer_wait_ms": result.buffer_wait[i] * 1e3} for i in ok]  # fmt: skip
+    return _executions(params, [int(targets[i]) for i in ok], sets)
 
 
 def full_fetch_seconds(store: str, graph_name: str, repeats: int = 3) -> tuple[float, float]:
@@ -125,6 +152,7 @@ def calibrate(
                     "slo_s": slo_s, "mode": "graph_sharing"}],
     }  # fmt: skip
     samples: list[tuple[int, float]] = []
+    stages: list[dict] = []  # every answer's parameters (aggregate_ms, update_ms)
     with Stack(config) as stack, requests.Session() as session:
         status = stack.status()
         cold = {"memory": [], "compute": []}
@@ -143,7 +171,8 @@ def calibrate(
         k = 0
         for _ in range(singles):
             t = targets_all[k]
-            samples += _executions([_post(session, stack.url, graph, t)], [t], sets)
+            stages.append(_post(session, stack.url, graph, t))
+            samples += _executions(stages[-1:], [t], sets)
             k += 1
         with ThreadPoolExecutor(max_workers=max(BURSTS)) as pool:
             for _ in range(repeats):
@@ -152,6 +181,7 @@ def calibrate(
                     k += b
                     params = list(pool.map(lambda t: _post(session, stack.url, graph, t), ts))
                     samples += _executions(params, ts, sets)
+                    stages += params
                     time.sleep(0.3)
         if trace_s > 0:
             # executions under a real arrival pattern: the busiest Azure 2019
@@ -168,7 +198,10 @@ def calibrate(
             params = [{"execution": res.execution[i], "latency_ms": res.latency[i] * 1e3,
                        "buffer_wait_ms": res.buffer_wait[i] * 1e3} for i in ok]  # fmt: skip
             samples += _executions(params, [int(tt[i]) for i in ok], extra_sets)
+            stages += res.parameters
         log(f"{len(samples)} executions measured")
+    share = memory_share(stages)
+    log(f"memory share of instance time: {share:.3f}")
     a, b = fit_linear(*np.asarray(samples).T)
     fetch_s, graph_mb = full_fetch_seconds(base.store, graph)
     manifest = g.manifest
@@ -195,6 +228,7 @@ def calibrate(
         row_bytes=float(row_bytes),
         graph_mb=float(graph_mb),
         full_fetch_s=fetch_s,
+        memory_share=share,
         samples=tuple(samples),
         meta={
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -10,6 +10,12 @@ which brings the bundle up with ``gnn-faas up`` and records:
   gateway's own per-request figures (latency minus buffer wait) of single
   requests and of bursts that share buffers; fitted ``T(rows) = a + b·rows``
   (least squares, ``a, b >= 0``);
+- ``memory_share``: the share of an execution's instance time spent in the
+  memory function's calls (Aggregate) rather than the compute function's
+  (Update), the median over executions of ``aggregate_ms / (aggregate_ms +
+  update_ms)`` the gateway reports per request. With it the simulator runs
+  memory and compute as two pools that scale on their own, as the gateway
+  does; a profile without it (older files) runs memory+compute pairs;
 - ``cold_start_s``: measured spawn-to-ready seconds of memory and compute
   function instances (the platform's metering);
 - ``memory_function_mb``, ``compute_function_mb``, vCPUs, keep-alive and the
@@ -29,7 +35,7 @@ measured for Bitcoin OTC (regenerate with the command in its ``meta.command``).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +67,7 @@ class Calibration:
     row_bytes: float
     graph_mb: float
     full_fetch_s: float
+    memory_share: float | None = None
     samples: tuple[tuple[int, float], ...] = ()
     meta: dict = field(default_factory=dict)
 
@@ -102,6 +109,20 @@ class Calibration:
         """A function holding the whole graph (DGL-serverless, serverful)."""
         return self.runtime_mb + self.graph_mb
 
+    def refit(
+        self, samples: list[tuple[int, float]], memory_share: float | None, source: str
+    ) -> Calibration:
+        """This profile with its execution-time fit (and memory share, when
+        given) measured again on ``samples`` of ``(union rows, seconds)``;
+        cold starts, sizes and memory stay as measured."""
+        a, b = fit_linear(*np.asarray(samples, dtype=np.float64).T)
+        share = self.memory_share if memory_share is None else memory_share
+        return replace(
+            self, exec_intercept_s=a, exec_per_row_s=b, memory_share=share,
+            samples=tuple((int(r), float(t)) for r, t in samples),
+            meta={**self.meta, "refit": source, "refit_executions": len(samples)},
+        )  # fmt: skip
+
     # -- files -----------------------------------------------------------------
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -116,7 +137,8 @@ class Calibration:
         if d.get("format") != FORMAT or d.get("version") != VERSION:
             raise InvalidRequest(f"{source}: not a {FORMAT} v{VERSION} file")
         names = set(cls.__dataclass_fields__)
-        missing = sorted(n for n in names if n not in d and n not in ("samples", "meta"))
+        optional = ("samples", "meta", "memory_share")
+        missing = sorted(n for n in names if n not in d and n not in optional)
         if missing:
             raise InvalidRequest(f"{source}: missing field(s) {missing}")
         kw = {k: v for k, v in d.items() if k in names}
@@ -124,6 +146,8 @@ class Calibration:
         cal = cls(**kw)
         if min(cal.exec_intercept_s, cal.exec_per_row_s, cal.cold_start_s, cal.runtime_mb) < 0:
             raise InvalidRequest(f"{source}: negative figures")
+        if cal.memory_share is not None and not 0.0 < cal.memory_share < 1.0:
+            raise InvalidRequest(f"{source}: memory_share must lie in (0, 1)")
         return cal
 
     @classmethod

@@ -80,29 +80,35 @@ def cold_flags(result: Any, samples: list[dict]) -> np.ndarray:
 
 
 def live_dollars(result: Any, status: dict, prices: dict, requests_n: int) -> dict:
-    """Serverless prices applied to the live executions: one memory and one
-    compute invocation per execution, each billed the execution's seconds
-    (median over its requests of latency minus buffer wait)."""
+    """Serverless prices applied to the live executions: per execution one
+    memory invocation billed the seconds it held memory instances
+    (``aggregate_ms``) and one compute invocation billed its ``update_ms``, as
+    the simulator bills its two pools; where the gateway did not report them,
+    each is billed the execution's seconds (latency minus buffer wait)."""
     from gnn_faas.traces.cost import dollars
 
     sizes: dict[str, tuple[float, float]] = {}
     for inst in status.get("instances", []):
         sizes[inst["spec"]["kind"]] = (inst["spec"]["memory_mb"], inst["spec"]["vcpus"])
-    ok = result.status == 200
-    secs: dict[str, list[float]] = {}
-    for i in np.flatnonzero(ok):
-        key = result.execution[i] or f"r{i}"
-        wait = 0.0 if np.isnan(result.buffer_wait[i]) else result.buffer_wait[i]
-        secs.setdefault(key, []).append(result.latency[i] - wait)
-    d = np.asarray([float(np.median(v)) for v in secs.values()])
-    mb = [sizes.get(k, (0.0, 0.0)) for k in ("memory", "compute") if k in sizes]
-    if not mb:
+    if not {"memory", "compute"} <= set(sizes):
         return {}
+    ok = np.flatnonzero(result.status == 200)
+    if ok.size == 0:
+        return {}
+    # one row per execution: the first answered request that names it
+    keys = np.asarray([result.execution[i] or f"r{i}" for i in ok])
+    _, first = np.unique(keys, return_index=True)
+    rows = ok[first]
+    whole = result.latency[rows] - np.nan_to_num(result.buffer_wait[rows])
+    stage = {"memory": result.aggregate[rows], "compute": result.update[rows]}
+    durations = [np.where(np.isfinite(stage[k]), stage[k], whole) for k in ("memory", "compute")]
+    (m_mb, m_cpu), (c_mb, c_cpu) = sizes["memory"], sizes["compute"]
+    n = rows.size
     return dollars(
         prices, serverful=False,
-        durations_s=np.concatenate([d for _ in mb]),
-        memory_mb=np.concatenate([np.full(d.size, m) for m, _ in mb]),
-        vcpus=np.concatenate([np.full(d.size, v) for _, v in mb]),
+        durations_s=np.concatenate(durations),
+        memory_mb=np.concatenate([np.full(n, m_mb), np.full(n, c_mb)]),
+        vcpus=np.concatenate([np.full(n, m_cpu), np.full(n, c_cpu)]),
         duration_s=0.0, peak_vcpus=0.0, peak_gib=0.0, requests=requests_n,
     )  # fmt: skip
 
@@ -115,6 +121,7 @@ class LiveRun:
     result: Any
     samples: list[dict]
     status: dict
+    full: Any = None  # the whole replay, warm-up included (times from its start)
 
 
 def replay_live(
@@ -146,7 +153,7 @@ def replay_live(
         result = replay(url, model, arrivals, targets, max_senders=senders,
                         timeout_s=timeout_s, progress=progress)  # fmt: skip
         time.sleep(1.0)  # one more sample after the last answer
-    result = result.after(warmup_s)
+    full, result = result, result.after(warmup_s)
     samples = [{**s, "t": s["t"] - warmup_s} for s in sampler.samples]
     # metering from the first measured send to the last answer
     w0 = result.start_monotonic
@@ -181,7 +188,7 @@ def replay_live(
         "dollars": live_dollars(result, status, prices, n),
         "error_examples": result.error_messages[:3],
     }
-    return LiveRun(summary, result, samples, status)
+    return LiveRun(summary, result, samples, status, full)
 
 
 def write_live(out: Path, run: LiveRun, duration_s: float, sim_runs: dict | None = None) -> None:
@@ -240,16 +247,40 @@ def run_replay(trace_name: str, args: argparse.Namespace) -> dict:
     run.summary.update(trace=trace_name, graph=graph_name, mode=mode)
     sim_runs: dict = {}
     if args.predict:
-        run.summary["simulated"], sim_runs = predict(trace, graph, args, slo, prices, mode)
+        warm = (run.full, targets) if getattr(args, "fit_warmup", False) else None
+        run.summary["simulated"], sim_runs = predict(trace, graph, args, slo, prices, mode, warm)
     if args.out:
         write_live(Path(args.out), run, trace.measured_s, sim_runs)
         run.summary["out"] = str(args.out)
     return run.summary
 
 
-def predict(trace, graph, args, slo, prices, mode) -> tuple[dict, dict]:
+def warmup_calibration(cal: Any, graph: Any, full: Any, targets: np.ndarray,
+                       warmup_s: float) -> Any:  # fmt: skip
+    """``cal`` with its execution-time fit and memory share measured again on the
+    executions of the warm-up's second half (its first half holds the stack's
+    start-up), so the prediction runs at the speed the machine has now; the
+    measured window is held out of the fit."""
+    from gnn_faas.traces.calibrate import replay_executions, share_of
+    from gnn_faas.traces.request_stream import khop_sets
+
+    mask = (full.arrival >= warmup_s / 2) & (full.arrival < warmup_s)
+    ok = mask & (full.status == 200)
+    sets = khop_sets(graph, np.unique(targets[ok]), cal.hops)
+    executions = replay_executions(full, targets, sets, mask)
+    if len(executions) < 10:
+        raise InvalidRequest(
+            f"--fit-warmup: only {len(executions)} executions in the warm-up's second half "
+            "(at least 10 are needed): lengthen --warmup"
+        )
+    share = share_of(full.aggregate[ok], full.update[ok])
+    return cal.refit(executions, share, f"warm-up of the live replay ({warmup_s:g} s)")
+
+
+def predict(trace, graph, args, slo, prices, mode, warm=None) -> tuple[dict, dict]:
     """The simulator on the same window: the policy modelling the live mode
-    first (``prediction``), then the rest for the cost comparison."""
+    first (``prediction``), then the rest for the cost comparison. ``warm``:
+    ``(whole replay, targets)`` to refit the profile on the warm-up first."""
     from gnn_faas.traces.calibration import Calibration
     from gnn_faas.traces.run import setup_simulation
     from gnn_faas.traces.simulator import parse_policies, simulate
@@ -257,9 +288,14 @@ def predict(trace, graph, args, slo, prices, mode) -> tuple[dict, dict]:
     cal = (
         Calibration.load(args.calibration) if args.calibration else Calibration.bundled(graph.name)
     )
+    if warm is not None:
+        cal = warmup_calibration(cal, graph, *warm, trace.warmup_s)
     setup = setup_simulation(trace, graph, cal, slo)
     main = MODE_POLICY.get(mode, "gnn_faas")
     names = [main] + [p for p in parse_policies(args.policies) if p != main]
     runs = {n: r.after(trace.warmup_s) for n, r in simulate(setup, names).items()}
     policies = {n: r.summary(slo, prices, trace.measured_s) for n, r in runs.items()}
-    return {"prediction": main, "policies": policies}, runs
+    profile = {"measured_at": cal.meta.get("measured_at", ""), "refit": cal.meta.get("refit"),
+               "exec_intercept_s": cal.exec_intercept_s, "exec_per_row_s": cal.exec_per_row_s,
+               "memory_share": cal.memory_share}  # fmt: skip
+    return {"prediction": main, "policies": policies, "calibration": profile}, runs

@@ -41,6 +41,9 @@ class ReplayResult:
     buffer_wait: np.ndarray = field(default_factory=lambda: np.zeros(0))
     sharing: np.ndarray = field(default_factory=lambda: np.zeros(0))
     execution: list[str] = field(default_factory=list)
+    # seconds the request's execution held memory / compute instances (reported)
+    aggregate: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    update: np.ndarray = field(default_factory=lambda: np.zeros(0))
     start_monotonic: float = 0.0
 
     def after(self, t0: float) -> ReplayResult:
@@ -64,6 +67,8 @@ class ReplayResult:
             status=self.status[m],
             buffer_wait=self.buffer_wait[m],
             sharing=self.sharing[m],
+            aggregate=self.aggregate[m],
+            update=self.update[m],
             execution=[e for e, k in zip(self.execution, m, strict=True) if k],
             start_monotonic=self.start_monotonic + t0,
         )
@@ -113,6 +118,8 @@ def replay(
         buffer_wait=np.full(n, np.nan),
         sharing=np.full(n, np.nan),
         execution=[""] * n,
+        aggregate=np.full(n, np.nan),
+        update=np.full(n, np.nan),
     )
     lock = threading.Lock()
     session = requests.Session()
@@ -149,6 +156,8 @@ def replay(
                     result.buffer_wait[i] = params.get("buffer_wait_ms", np.nan) / 1e3
                     result.sharing[i] = params.get("sharing_degree", 0.0)
                     result.execution[i] = str(params.get("execution", ""))
+                    result.aggregate[i] = params.get("aggregate_ms", np.nan) / 1e3
+                    result.update[i] = params.get("update_ms", np.nan) / 1e3
                 else:
                     result.errors += 1
                     result.error_messages.append(f"{r.status_code}: {r.text[:200]}")

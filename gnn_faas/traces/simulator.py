@@ -13,9 +13,12 @@ the fit, cold starts, memory sizes). Policies:
   runs when serving); each closed buffer is one execution of ``T(|U_b|)``
   seconds (``U_b``: the union of its requests' k-hop sets) dispatched by the
   gateway's :class:`~gnn_faas.gateway.load_aware_queue.LoadAwarePolicy` over
-  memory+compute instance pairs, with cold starts and keep-alive;
+  a memory pool and a compute pool in series that scale apart, as the
+  gateway's do (:mod:`gnn_faas.traces.tandem`; memory+compute pairs with a
+  calibration that has no ``memory_share``), with cold starts and keep-alive;
 - ``faas_gnn``: FaaS-GNN without graph sharing: one execution of ``T(|U_r|)``
-  per request, load-aware queueing (:mod:`gnn_faas.traces.instance_pool`);
+  per request, load-aware queueing (:mod:`gnn_faas.traces.instance_pool`),
+  memory and compute pools as for ``gnn_faas``;
 - ``request_centric`` (AWSGNN): one execution per request, a new instance when
   none is idle (the request waits for the cold start), memory functions sized
   for the stream's largest request;
@@ -52,6 +55,7 @@ from gnn_faas.traces.calibration import Calibration
 from gnn_faas.traces.cost import Price, dollars
 from gnn_faas.traces.instance_pool import PoolRun, run_pool
 from gnn_faas.traces.request_stream import RequestStream
+from gnn_faas.traces.tandem import TandemRun, run_tandem
 from gnn_faas.traces.timeline import counts_per_second, coverage, in_flight
 
 POLICIES = ("gnn_faas", "faas_gnn", "request_centric", "dgl_serverless", "serverful")
@@ -85,6 +89,9 @@ class PolicyRun:
     ]  # per function: (memory MB, vCPUs) billed per execution
     wall_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    # per invocation, which ``billing`` function ran it (memory and compute pools
+    # simulated apart); None: each execution is billed once per function
+    inv_fn: np.ndarray | None = None
 
     @property
     def latency(self) -> np.ndarray:
@@ -133,6 +140,7 @@ class PolicyRun:
             billing=self.billing,
             wall_s=self.wall_s,
             extra=self.extra,
+            inv_fn=None if self.inv_fn is None else self.inv_fn[e],
         )
 
     def horizon(self) -> int:
@@ -172,11 +180,16 @@ class PolicyRun:
         n = int(self.arrivals.size)
         q = np.percentile(lat, [50, 99]) * 1e3 if lat.size else np.zeros(2)
         d = self.inv_end - self.inv_start
-        durations = np.concatenate([d for _ in self.billing])
-        mb = np.concatenate([np.full(d.size, m) for m, _ in self.billing])
-        if self.name == "request_centric" and "request_mb" in self.extra:
-            mb[: d.size] = self.extra["request_mb"]
-        vcpus = np.concatenate([np.full(d.size, v) for _, v in self.billing])
+        if self.inv_fn is not None:  # each stage billed to its own function
+            durations, executions = d, int((self.inv_fn == 0).sum())
+            mb = np.asarray([m for m, _ in self.billing])[self.inv_fn]
+            vcpus = np.asarray([v for _, v in self.billing])[self.inv_fn]
+        else:
+            durations, executions = np.concatenate([d for _ in self.billing]), int(d.size)
+            mb = np.concatenate([np.full(d.size, m) for m, _ in self.billing])
+            if self.name == "request_centric" and "request_mb" in self.extra:
+                mb[: d.size] = self.extra["request_mb"]
+            vcpus = np.concatenate([np.full(d.size, v) for _, v in self.billing])
         peak_vcpus, peak_gib = self.peak()
         return {
             "requests": n,
@@ -192,7 +205,7 @@ class PolicyRun:
             "gb_s_per_request": self.gb_s / max(n, 1),
             "cold_starts": int(self.cold_starts),
             "cold_requests": int(self.cold.sum()),
-            "executions": int(d.size),
+            "executions": executions,
             "peak_instances": int(round(self.peak_instances())),
             "mean_memory_gb": self.gb_s / max(duration_s, 1e-9),
             "mean_sharing_degree": float(self.sharing.mean()) if n else 0.0,
@@ -399,11 +412,32 @@ def _finish(
     sharing: np.ndarray | None = None,
     extra: dict | None = None,
 ) -> PolicyRun:
+    """The policy's run from its pool(s). A :class:`TandemRun` has a memory and a
+    compute pool: its invocations are the stages (``inv_fn`` 0 and 1, billed as
+    ``billing[0]`` and ``billing[1]``), its instances both pools' at their own
+    sizes; a :class:`PoolRun` is one pool of ``inst_mb`` instances, each
+    execution billed once per ``billing`` function."""
     arr = setup.stream.arrivals
     idx = request_exec if request_exec is not None else np.arange(arr.size)
     done = pool.end[idx]
     dropped = done - arr > setup.timeout_s
-    n_inst = pool.spawn.size
+    inv_fn = None
+    if isinstance(pool, TandemRun):
+        stages = (pool.memory, pool.compute)
+        (m_mb, m_cpu), (c_mb, c_cpu) = billing
+        inv_start = np.concatenate([p.start for p in stages])
+        inv_end = np.concatenate([p.end for p in stages])
+        inv_fn = np.repeat([0, 1], [p.start.size for p in stages])
+        inv_mb = np.where(inv_fn == 0, m_mb, c_mb)
+        spawn = np.concatenate([p.spawn for p in stages])
+        stop = np.concatenate([p.stop for p in stages])
+        kind = np.repeat([0, 1], [p.spawn.size for p in stages])
+        mb, vcpus = np.where(kind == 0, m_mb, c_mb), np.where(kind == 0, m_cpu, c_cpu)
+    else:
+        inv_start, inv_end = pool.start, pool.end
+        inv_mb = np.full(pool.start.size, inst_mb)
+        spawn, stop = pool.spawn, pool.stop
+        mb, vcpus = np.full(spawn.size, inst_mb), np.full(spawn.size, inst_vcpus)
     return PolicyRun(
         name=name,
         arrivals=arr,
@@ -412,18 +446,34 @@ def _finish(
         buffer_wait=buffer_wait if buffer_wait is not None else np.zeros(arr.size),
         sharing=sharing if sharing is not None else np.zeros(arr.size),
         dropped=dropped,
-        inv_start=pool.start,
-        inv_end=pool.end,
-        inv_mb=np.full(pool.start.size, inst_mb),
-        inst_spawn=pool.spawn,
-        inst_stop=pool.stop,
-        inst_mb=np.full(n_inst, inst_mb),
-        inst_vcpus=np.full(n_inst, inst_vcpus),
+        inv_start=inv_start,
+        inv_end=inv_end,
+        inv_mb=inv_mb,
+        inst_spawn=spawn,
+        inst_stop=stop,
+        inst_mb=mb.astype(np.float64),
+        inst_vcpus=vcpus.astype(np.float64),
         cold_starts=pool.cold_starts,
         serverful=serverful,
         billing=billing,
         extra=extra or {},
+        inv_fn=inv_fn,
     )
+
+
+def _function_pools(setup: SimulationSetup, run_stage: Callable[..., PoolRun],
+                    ready: np.ndarray, service: np.ndarray) -> PoolRun | TandemRun:  # fmt: skip
+    """Memory and compute pools in series when the calibration measured the
+    memory share (as the gateway runs them), else memory+compute pairs.
+    ``run_stage(ready, service, cold_s)`` is one pool's pass."""
+    cal = setup.calibration
+    if cal.memory_share is None:
+        return run_stage(ready, service, cal.cold_start_s)
+    return run_tandem(
+        ready, service, cal.memory_share,
+        lambda r, sv: run_stage(r, sv, cal.cold_start_memory_s),
+        lambda r, sv: run_stage(r, sv, cal.cold_start_compute_s),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -544,16 +594,15 @@ def simulate_gnn_faas(
     order = np.argsort(ready, kind="stable")  # executions in close order
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
-    pool = run_load_aware(
-        ready[order],
-        cal.exec_s(rows[order], seed=setup.seed),
-        cold_s=cal.cold_start_s,
-        keep_alive_s=cal.keep_alive_s,
-        max_instances=cal.max_instances,
-        min_instances=cal.min_instances,
-        policy_cls=setup.policy_cls,
-        end_s=setup.duration_s,
-    )
+
+    def stage(r: np.ndarray, service: np.ndarray, cold_s: float) -> PoolRun:
+        return run_load_aware(
+            r, service, cold_s=cold_s, keep_alive_s=cal.keep_alive_s,
+            max_instances=cal.max_instances, min_instances=cal.min_instances,
+            policy_cls=setup.policy_cls, end_s=setup.duration_s,
+        )  # fmt: skip
+
+    pool = _function_pools(setup, stage, ready[order], cal.exec_s(rows[order], seed=setup.seed))
     extra = {
         "buffers": int(keys.size),
         "requests_per_buffer": s.arrivals.size / max(keys.size, 1),
@@ -591,7 +640,16 @@ def _per_request(setup: SimulationSetup, mode: str, cold_s: float, **kw) -> Pool
 
 def simulate_faas_gnn(setup: SimulationSetup, progress=None) -> PolicyRun:
     cal = setup.calibration
-    pool = _per_request(setup, "load_aware", cal.cold_start_s, max_instances=cal.max_instances)
+
+    def stage(r: np.ndarray, service: np.ndarray, cold_s: float) -> PoolRun:
+        return run_pool(
+            r, service, mode="load_aware", cold_s=cold_s, keep_alive_s=cal.keep_alive_s,
+            min_instances=cal.min_instances, end_s=setup.duration_s,
+            max_instances=cal.max_instances,
+        )  # fmt: skip
+
+    service = cal.exec_s(setup.stream.sizes, seed=setup.seed)
+    pool = _function_pools(setup, stage, setup.stream.arrivals, service)
     billing = (
         (cal.memory_function_mb, cal.memory_vcpus),
         (cal.compute_function_mb, cal.compute_vcpus),

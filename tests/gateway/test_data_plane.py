@@ -98,6 +98,9 @@ def test_precomputed_burst_shares_buffers(served):
         np.testing.assert_allclose(output(resp, "scores"), ref[targets], RTOL, ATOL)
         params = resp.json()["parameters"]
         assert params["update_device"] == "cpu"  # no GPU pool configured
+        # instance time per function, inside the execution's own time
+        assert min(params["aggregate_ms"], params["update_ms"]) > 0
+        assert max(params["aggregate_ms"], params["update_ms"]) < params["latency_ms"]
         # the buffer's size predicted from PSGS before any fetch: at least this request's
         assert params["predicted_rows"] >= float(psgs[np.unique(targets)].sum()) - 1e-3
 

@@ -9,13 +9,14 @@ measured (``--warmup``): without it the stack starts with one warm instance
 into ~75 requests/s, and on the local platform the instances it launches then
 (Python processes importing torch) take the same two cores the serving ones
 run on, so the first second's requests wait far longer than a cloud's cold
-start would make them (live p99 433-794 ms against 216 ms simulated, while
-after the first 2 s the two agree within 4%).
+start would make them (live p99 433-794 ms against 216 ms simulated).
+``--fit-warmup`` refits the profile's execution times on the warm-up's
+executions (the window is held out): CI failed when the live p50 on a loaded
+2-core machine ran 20% slower than the bundled profile measured on a quiet one.
 
-p50 must agree within 15%; GB-s per request within 15% plus two instance-launch
-quanta (see below) and p99 within 30%: on a 2-core machine shared with other
-work, a live tail follows the machine's load, which a profile measured at
-another moment cannot know. The measured agreement is reported in the README."""
+p50 and p99 must agree within 15% (measured: within 6%, also with a CPU hog
+beside the test); GB-s per request within 15% plus two instance-launch quanta
+(see below)."""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def test_live_replay_agrees_with_the_simulation(served, tmp_path):
     args = argparse.Namespace(
         url=stack.url, model="bitcoin-otc", store=store, out=str(out), senders=64,
         timeout=30.0, slo=None, predict=True, policies="gnn_faas", calibration=None,
-        prices=None, no_progress=True, trace_file=None, day=False, minutes=0.5,
+        prices=None, fit_warmup=True, no_progress=True, trace_file=None, day=False, minutes=0.5,
         start_minute=60.0, warmup=15.0, speedup=1.0, seed=0, spread=None, rank=0, function=None,
         frequent=False, random_offset=False, raw_hour=False,
     )  # fmt: skip
@@ -78,16 +79,18 @@ def test_live_replay_agrees_with_the_simulation(served, tmp_path):
     figures = {k: (live[k], sim[k]) for k in keys}  # shown when an assertion fails
     assert sim["p50_ms"] == pytest.approx(live["p50_ms"], rel=0.15), figures
     # GB-s per request within 15% plus two launch quanta: one memory+compute pair
-    # kept over the whole window, per request. The simulator launches pairs, the
-    # gateway each function on its own as the machine's load makes it need them,
-    # so in a 30 s window one launch more or less moves the figure by a quantum
-    # (the 5-minute window in the README agrees within 15%).
+    # kept over the whole window, per request. Both pools launch on momentary
+    # concurrency and keep what they launched for the 600 s keep-alive, so in a
+    # 30 s window the count the start-up left (live: 4 memory, 2-3 compute; the
+    # simulator, folding a model's Aggregate/Update rounds into one stage each:
+    # 2-3 and 1) sets the figure.
     platform = stack.config["platform"]
     pair_gb = (platform["memory_function_mb"] + platform["compute_function_mb"]) / 1024
     quantum = pair_gb * args.minutes * 60 / live["requests"]
     gap = abs(sim["gb_s_per_request"] - live["gb_s_per_request"])
     assert gap <= 0.15 * live["gb_s_per_request"] + 2 * quantum, (figures, quantum)
-    assert sim["p99_ms"] == pytest.approx(live["p99_ms"], rel=0.3), figures
+    assert sim["p99_ms"] == pytest.approx(live["p99_ms"], rel=0.15), figures
+    assert sim["calibration"]["refit"].startswith("warm-up")
     assert sim["mean_sharing_degree"] == pytest.approx(live["mean_sharing_degree"], abs=0.1)
     # the run directory
     summary = json.loads((out / "summary.json").read_text())

@@ -86,3 +86,39 @@ def test_open_loop_bounded_and_recorded(server):
 def test_replay_cli_unreachable_gateway(capsys):
     assert main(["replay", "azure2019", "--url", "http://127.0.0.1:9", "--minutes", "1"]) == 2
     assert "cannot reach the gateway" in capsys.readouterr().err
+
+
+def test_live_dollars_bill_each_function_its_stage():
+    """Per execution, the memory function is billed ``aggregate_ms`` and the compute
+    function ``update_ms``; without them, both the execution's seconds."""
+    from gnn_faas.traces.cost import load_prices
+    from gnn_faas.traces.live import live_dollars
+    from gnn_faas.traces.replay import ReplayResult
+
+    def result(aggregate, update):
+        return ReplayResult(
+            arrival=np.zeros(3), send=np.zeros(3), latency=np.array([0.5, 0.5, 0.9]),
+            status=np.array([200, 200, 200]), buffer_wait=np.array([0.1, 0.1, 0.1]),
+            sharing=np.zeros(3), execution=["a", "a", "b"],
+            aggregate=np.asarray(aggregate, float), update=np.asarray(update, float),
+        )  # fmt: skip
+
+    status = {"instances": [{"spec": {"kind": "memory", "memory_mb": 1024, "vcpus": 1.0}},
+                            {"spec": {"kind": "compute", "memory_mb": 2048, "vcpus": 1.0}}]}  # fmt: skip
+    prices = load_prices()
+    staged = live_dollars(result([0.3, 0.3, 0.6], [0.1, 0.1, 0.2]), status, prices, 3)
+    whole = live_dollars(result([np.nan] * 3, [np.nan] * 3), status, prices, 3)
+    gb_s = lambda m, c: 1.0 * m + 2.0 * c  # noqa: E731 - GB-s of the two executions
+    rate = prices["lambda_x86"].gb_s  # two requests' worth of per-request fees cancel out
+    assert staged["lambda_x86"] - whole["lambda_x86"] == pytest.approx(
+        rate * (gb_s(0.9, 0.3) - gb_s(0.4 + 0.8, 0.4 + 0.8)), rel=1e-6
+    )
+    assert live_dollars(result([0.3] * 3, [0.1] * 3), {"instances": []}, prices, 3) == {}
+
+
+def test_fit_warmup_needs_predict_and_a_warmup(capsys):
+    argv = ["replay", "azure2019", "--url", "http://127.0.0.1:9", "--fit-warmup"]
+    assert main(argv) == 2
+    assert "--fit-warmup needs --predict and a --warmup" in capsys.readouterr().err
+    assert main([*argv, "--predict"]) == 2
+    assert "--fit-warmup needs" in capsys.readouterr().err

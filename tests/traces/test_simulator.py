@@ -44,6 +44,7 @@ def runs(setup):
 def test_bundled_calibration_is_measured(calibration):
     assert calibration.meta["command"].startswith("gnn-faas simulate calibrate")
     assert len(calibration.samples) >= 20
+    assert 0 < calibration.memory_share < 1  # the gateway's aggregate_ms / update_ms
     rows, secs = np.asarray(calibration.samples).T
     # the fit describes its own samples (median relative error within 40%)
     err = np.abs(calibration.exec_s(rows) - secs) / secs
@@ -176,3 +177,17 @@ def test_after_measures_the_window_behind_a_warm_up(runs, setup, name):
     assert w.gb_s == pytest.approx(full["allocated_gb"][int(t0) :].sum(), rel=1e-9)
     assert w.cold_starts == int((run.inst_spawn >= t0).sum())
     assert run.after(0.0) is run
+
+
+def test_refit_measures_the_execution_times_again(calibration):
+    rows = np.arange(100, 2100, 100)
+    cal = calibration.refit(list(zip(rows, 0.03 + 2e-6 * rows, strict=True)), 0.6, "test")
+    assert cal.exec_intercept_s == pytest.approx(0.03) and cal.exec_per_row_s == pytest.approx(2e-6)
+    assert cal.memory_share == 0.6 and cal.meta["refit"] == "test"
+    assert cal.meta["refit_executions"] == rows.size == len(cal.samples)
+    # what was not measured again stays
+    assert cal.cold_start_compute_s == calibration.cold_start_compute_s
+    assert cal.memory_function_mb == calibration.memory_function_mb
+    assert (
+        calibration.refit([(1, 0.1), (2, 0.2)], None, "x").memory_share == calibration.memory_share
+    )
