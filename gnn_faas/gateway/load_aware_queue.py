@@ -458,16 +458,18 @@ class FunctionPool:
                 actions += self.policy.submit(key)
             else:
                 self._work.pop(key, None)
+        if not retry:
+            work.future.set_exception(
+                Unavailable(f"{self.name}: failed on {work.attempts} instance(s): {exc}")
+            )
+        # the retry goes out first: stopping the failed instance (on_failed) may
+        # wait for it to exit or for a stop grace period
+        self._execute(actions)
         if self.on_failed is not None:
             try:
                 self.on_failed(inst)
             except Exception:
                 log.exception("%s: on_failed hook failed", self.name)
-        if not retry:
-            work.future.set_exception(
-                Unavailable(f"{self.name}: failed on {work.attempts} instance(s): {exc}")
-            )
-        self._execute(actions)
 
     # -- scaling ------------------------------------------------------------------
     def remove(self, instance: Any) -> bool:

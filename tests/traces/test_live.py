@@ -90,7 +90,7 @@ def test_live_replay_agrees_with_the_simulation(served, tmp_path):
     gap = abs(sim["gb_s_per_request"] - live["gb_s_per_request"])
     assert gap <= 0.15 * live["gb_s_per_request"] + 2 * quantum, (figures, quantum)
     assert sim["p99_ms"] == pytest.approx(live["p99_ms"], rel=0.15), figures
-    assert sim["calibration"]["refit"].startswith("warm-up")
+    assert live["simulated"]["calibration"]["refit"].startswith("warm-up")
     assert sim["mean_sharing_degree"] == pytest.approx(live["mean_sharing_degree"], abs=0.1)
     # the run directory
     summary = json.loads((out / "summary.json").read_text())

@@ -415,16 +415,28 @@ class DockerPlatform(ManagedPlatform):
         """Stop and remove the container (:meth:`_remove`). ``count_exit``: the
         pool stops an instance whose call failed, maybe before :meth:`_poll` saw
         it exit; such an exit (or an OOM kill) is counted as a failure."""
-        exited_before = False
-        if count_exit:
-            with contextlib.suppress(Exception):
-                exited_before = self.client.containers.get(run.handle).status in (
-                    "exited",
-                    "dead",
-                )
+        exited_before = count_exit and self._exits_soon(run.handle)
         state = self._remove(run.handle, grace)
         if count_exit and (exited_before or state.get("OOMKilled")):
             self._count(run.instance.spec.name, self.failure_reason(state))
+
+    def _exits_soon(self, container_id: str, within_s: float = 1.0) -> bool:
+        """Whether the container has exited or does within ``within_s``. A call
+        fails the moment a killed container's socket closes, often before the
+        engine has reaped it and shows it ``exited``: asking once then missed
+        the kill (and its failure count) under load. A container still running
+        after the wait is one we stop ourselves."""
+        deadline = time.monotonic() + within_s
+        while True:
+            try:
+                status = self.client.api.inspect_container(container_id)["State"]["Status"]
+            except Exception:  # gone already: nothing to tell
+                return False
+            if status in ("exited", "dead"):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
 
     def _exited(self, live: dict[str, Running], force: bool) -> dict[str, str]:
         """The containers that exited, by :meth:`failure_reason`: one engine call
