@@ -71,10 +71,7 @@ def largest_request_mb(store: str, graph: str, targets: np.ndarray, layers: int,
 
 
 def run(args: argparse.Namespace) -> dict:
-    from gnn_faas.bench.stack import Stack, summarise
-    from gnn_faas.cli.up import prepare
-    from gnn_faas.config import ModelServingConfig, ServingConfig
-    from gnn_faas.storage.format import open_graph
+    from gnn_faas.bench.stack import Stack, prepared_model, summarise
     from gnn_faas.traces.cost import load_prices
     from gnn_faas.traces.live import replay_live, write_live
     from gnn_faas.traces.replay import replay
@@ -84,13 +81,7 @@ def run(args: argparse.Namespace) -> dict:
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise InvalidRequest(f"unknown mode(s) {bad}; choose from {list(MODES)}")
-    base = ServingConfig(
-        store=args.store or "",
-        models=(ModelServingConfig(name=args.graph, graph=args.graph, dataset=args.graph,
-                                   arch=args.arch, slo_s=args.slo),),
-    )  # fmt: skip
-    prepare(base)
-    graph = open_graph(base.store, args.graph)
+    base, graph, ckpt = prepared_model(args.store, args.graph, args.arch, args.slo)
     prices = load_prices()
     times = arrivals(args.rps, args.duration, seed=args.seed)
     order = graph.read_blob("request_order") if graph.has("request_order") else None
@@ -98,7 +89,6 @@ def run(args: argparse.Namespace) -> dict:
         order = np.random.default_rng(args.seed).integers(0, graph.num_nodes, times.size)
     reps = math.ceil(times.size / order.size)
     targets = np.tile(order, reps)[: times.size]
-    ckpt = str(base.checkpoint_dir(base.models[0]))
     results: dict = {
         "graph": args.graph,
         "trace": args.trace,

@@ -81,12 +81,9 @@ def model_totals(status: dict, model: str) -> dict:
 
 def run(args: argparse.Namespace) -> dict:
     from gnn_faas.bench.open_loop import poisson_arrivals, run_open_loop
-    from gnn_faas.bench.stack import Stack
+    from gnn_faas.bench.stack import Stack, prepared_model
     from gnn_faas.bench.stack_memory import by_role, stack_rss
-    from gnn_faas.cli.up import prepare
-    from gnn_faas.config import ModelServingConfig, ServingConfig
     from gnn_faas.errors import InvalidRequest
-    from gnn_faas.storage.format import open_graph
 
     try:
         rates = [float(r) for r in args.rates.split(",") if r.strip()]
@@ -96,14 +93,7 @@ def run(args: argparse.Namespace) -> dict:
         ) from None
     if not rates or min(rates) <= 0 or args.step_seconds <= 0:
         raise InvalidRequest("--rates must be positive and --step-seconds > 0")
-    base = ServingConfig(
-        store=args.store or "",
-        models=(ModelServingConfig(name=args.graph, graph=args.graph, dataset=args.graph,
-                                   arch=args.arch, slo_s=args.slo),),
-    )  # fmt: skip
-    prepare(base)
-    graph = open_graph(base.store, args.graph)
-    ckpt = str(base.checkpoint_dir(base.models[0]))
+    base, graph, ckpt = prepared_model(args.store, args.graph, args.arch, args.slo)
     out: dict = {
         "graph": args.graph,
         "slo_s": args.slo,

@@ -56,23 +56,13 @@ def rss_trend(t_min: np.ndarray, mib: np.ndarray) -> dict:
 def run(args: argparse.Namespace) -> dict:
     from gnn_faas.bench.open_loop import LoadResult, poisson_arrivals, run_open_loop
     from gnn_faas.bench.overload import request_targets
-    from gnn_faas.bench.stack import Stack
+    from gnn_faas.bench.stack import Stack, prepared_model
     from gnn_faas.bench.stack_memory import stack_rss
-    from gnn_faas.cli.up import prepare
-    from gnn_faas.config import ModelServingConfig, ServingConfig
     from gnn_faas.errors import InvalidRequest
-    from gnn_faas.storage.format import open_graph
 
     if args.rate <= 0 or args.minutes <= 0 or args.sample_seconds <= 0:
         raise InvalidRequest("--rate, --minutes and --sample-seconds must be > 0")
-    base = ServingConfig(
-        store=args.store or "",
-        models=(ModelServingConfig(name=args.graph, graph=args.graph, dataset=args.graph,
-                                   arch=args.arch, slo_s=args.slo),),
-    )  # fmt: skip
-    prepare(base)
-    graph = open_graph(base.store, args.graph)
-    ckpt = str(base.checkpoint_dir(base.models[0]))
+    base, graph, ckpt = prepared_model(args.store, args.graph, args.arch, args.slo)
     config = {
         "store": base.store,
         "platform": {

@@ -117,3 +117,17 @@ def summarise(result: ReplayResult, slo_s: float, metering: dict) -> dict:
         instances=int(metering.get("instances", 0)),
     )
     return out
+
+
+def prepared_model(store: str | None, graph: str, arch: str, slo_s: float):
+    """``(base config, graph handle, checkpoint dir)`` of one model named after
+    its graph, with its dataset and checkpoint prepared as ``gnn-faas up`` does
+    (the benchmarks that bring a stack up start from this)."""
+    from gnn_faas.cli.up import prepare
+    from gnn_faas.config import ModelServingConfig, ServingConfig
+    from gnn_faas.storage.format import open_graph
+
+    model = ModelServingConfig(name=graph, graph=graph, dataset=graph, arch=arch, slo_s=slo_s)
+    base = ServingConfig(store=store or "", models=(model,))
+    prepare(base)
+    return base, open_graph(base.store, graph), str(base.checkpoint_dir(base.models[0]))

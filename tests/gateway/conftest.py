@@ -30,35 +30,21 @@ class LiveGateway:
 
 @pytest.fixture(scope="session")
 def live_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveGateway]:
-    import torch
     from werkzeug.serving import make_server
 
     from gnn_faas.config import ServingConfig, from_dict
-    from gnn_faas.functions.checkpoint import save_checkpoint
-    from gnn_faas.functions.model_config import ModelConfig
-    from gnn_faas.functions.pyg_models import build_model, csr_edge_index
     from gnn_faas.gateway.app import create_gateway_app
     from gnn_faas.gateway.data_plane import DataPlane
     from gnn_faas.storage.datasets import ensure_dataset
+    from tests.pyg_reference import checkpoint_with_reference
 
     root = tmp_path_factory.mktemp("live-gateway")
     store = f"file://{root / 'store'}"
     graph = ensure_dataset(store, "bitcoin-otc")
-    cfg = ModelConfig(
-        arch="gcn",
-        in_dim=graph.manifest.feature_dim,
-        hidden_dim=16,
-        out_dim=8,
-        num_layers=2,
+    reference = checkpoint_with_reference(
+        graph, root / "ckpt", seed=3, arch="gcn", hidden_dim=16, out_dim=8, num_layers=2,
         task="embedding",
-        graph="bitcoin-otc",
-    )
-    model = build_model(cfg, seed=3).eval()
-    save_checkpoint(root / "ckpt", cfg, model.state_dict())
-    ei = csr_edge_index(graph.read_blob("indptr"), graph.read_blob("indices"))
-    x = torch.from_numpy(np.array(graph.read_blob("features"), dtype=np.float32))
-    with torch.no_grad():
-        reference = model(x, ei).numpy()
+    )  # fmt: skip
     config = from_dict(
         ServingConfig,
         {

@@ -22,31 +22,19 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import requests
-import torch
 
 from gnn_faas.bench.stack import Stack
-from gnn_faas.functions.checkpoint import save_checkpoint
-from gnn_faas.functions.model_config import ModelConfig
-from gnn_faas.functions.pyg_models import build_model, csr_edge_index
 from gnn_faas.storage.datasets import ensure_dataset
 from gnn_faas.storage.format import open_graph
 from gnn_faas.storage.ingest import build_csr, write_csr
 from gnn_faas.traces.replay import vertex_request
 from tests.docker_engine import readable_dir
 from tests.gateway.test_gateway_e2e import burst, infer, output
+from tests.pyg_reference import GCN, checkpoint_with_reference
 
 pytestmark = pytest.mark.slow
 RTOL, ATOL = 1e-4, 1e-5
 MODEL = "btc"
-
-
-def reference_for(graph, cfg: ModelConfig, ckpt) -> np.ndarray:
-    model = build_model(cfg, seed=7).eval()
-    save_checkpoint(ckpt, cfg, model.state_dict())
-    ei = csr_edge_index(graph.read_blob("indptr"), graph.read_blob("indices"))
-    x = torch.from_numpy(np.array(graph.read_blob("features"), dtype=np.float32))
-    with torch.no_grad():
-        return model(x, ei).numpy()
 
 
 def failures(url: str) -> dict[tuple[str, str], float]:
@@ -69,16 +57,7 @@ def served(docker_host):
     root = readable_dir("gnn-faas-docker-e2e-")
     store = f"file://{root / 'store'}"
     graph = ensure_dataset(store, "bitcoin-otc")
-    cfg = ModelConfig(
-        arch="gcn",
-        in_dim=graph.manifest.feature_dim,
-        hidden_dim=32,
-        out_dim=2,
-        num_layers=2,
-        num_classes=2,
-        graph="bitcoin-otc",
-    )
-    reference = reference_for(graph, cfg, root / "ckpt")
+    reference = checkpoint_with_reference(graph, root / "ckpt", seed=7, **GCN)
     config = {
         "store": store,
         # answers and crash recovery under bursts, not overload (as test_gateway_e2e.py)
@@ -174,11 +153,10 @@ def big_graph(docker_host):
     feats = rng.standard_normal((csr.num_nodes, DIM), dtype=np.float32)
     write_csr(store, "synthetic", csr, feats)
     graph = open_graph(store, "synthetic")
-    cfg = ModelConfig(
-        arch="gcn", in_dim=DIM, hidden_dim=16, out_dim=2, num_layers=1, num_classes=2,
-        graph="synthetic",
+    reference = checkpoint_with_reference(
+        graph, root / "ckpt", seed=7, arch="gcn", hidden_dim=16, out_dim=2, num_layers=1,
+        num_classes=2,
     )  # fmt: skip
-    reference = reference_for(graph, cfg, root / "ckpt")
     yield store, root / "ckpt", reference
     shutil.rmtree(root, ignore_errors=True)
 

@@ -18,14 +18,11 @@ import numpy as np
 import psutil
 import pytest
 import requests
-import torch
 
 from gnn_faas.bench.stack import Stack
-from gnn_faas.functions.checkpoint import save_checkpoint
-from gnn_faas.functions.model_config import ModelConfig
-from gnn_faas.functions.pyg_models import build_model, csr_edge_index
 from gnn_faas.storage.datasets import ensure_dataset
 from gnn_faas.traces.replay import vertex_request
+from tests.pyg_reference import GCN, checkpoint_with_reference
 
 pytestmark = pytest.mark.slow
 RTOL, ATOL = 1e-4, 1e-5
@@ -37,21 +34,7 @@ def served(tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
     store = f"file://{root / 'store'}"
     graph = ensure_dataset(store, "bitcoin-otc")
-    cfg = ModelConfig(
-        arch="gcn",
-        in_dim=graph.manifest.feature_dim,
-        hidden_dim=32,
-        out_dim=2,
-        num_layers=2,
-        num_classes=2,
-        graph="bitcoin-otc",
-    )
-    model = build_model(cfg, seed=7).eval()
-    save_checkpoint(root / "ckpt", cfg, model.state_dict())
-    ei = csr_edge_index(graph.read_blob("indptr"), graph.read_blob("indices"))
-    x = torch.from_numpy(np.array(graph.read_blob("features"), dtype=np.float32))
-    with torch.no_grad():
-        reference = model(x, ei).numpy()
+    reference = checkpoint_with_reference(graph, root / "ckpt", seed=7, **GCN)
     config = {
         "store": store,
         # these tests check answers and crash recovery under bursts, not overload:

@@ -21,19 +21,16 @@ import time
 import numpy as np
 import pytest
 import requests
-import torch
 import yaml
 
 from gnn_faas.bench.stack import Stack
-from gnn_faas.functions.checkpoint import save_checkpoint
-from gnn_faas.functions.model_config import ModelConfig
-from gnn_faas.functions.pyg_models import build_model, csr_edge_index
 from gnn_faas.scheduler.platform.base import FunctionSpec
 from gnn_faas.scheduler.platform.local import LocalPlatform
 from gnn_faas.storage.datasets import ensure_dataset
 from gnn_faas.traces.replay import vertex_request
 from tests.charts.test_chart_install import sa_kubeconfig
 from tests.kube import CHART, Cluster, cluster
+from tests.pyg_reference import GCN, checkpoint_with_reference
 
 pytestmark = pytest.mark.slow
 NS, RELEASE, MODEL = "kn-e2e", "e2e", "btc"
@@ -121,22 +118,8 @@ def stack(tmp_path_factory):
     root = tmp_path_factory.mktemp("knative")
     store = f"file://{root / 'store'}"
     graph = ensure_dataset(store, "bitcoin-otc")
-    cfg = ModelConfig(
-        arch="gcn",
-        in_dim=graph.manifest.feature_dim,
-        hidden_dim=32,
-        out_dim=2,
-        num_layers=2,
-        num_classes=2,
-        graph="bitcoin-otc",
-    )
-    model = build_model(cfg, seed=3).eval()
     ckpt = root / "ckpt"
-    save_checkpoint(ckpt, cfg, model.state_dict())
-    ei = csr_edge_index(graph.read_blob("indptr"), graph.read_blob("indices"))
-    x = torch.from_numpy(np.array(graph.read_blob("features"), dtype=np.float32))
-    with torch.no_grad():
-        reference = model(x, ei).numpy()
+    reference = checkpoint_with_reference(graph, ckpt, seed=3, **GCN)
 
     c = cluster()
     c.kubectl("create", "namespace", NS)
