@@ -40,13 +40,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--labels", metavar="FILE.npy", help="integer vertex labels [n]")
     p.add_argument("--seed", type=int, default=0, help="seed of random features (default: 0)")
+    p.add_argument(
+        "--metrics",
+        metavar="FANOUTS",
+        default=None,
+        help="also compute Quiver's PSGS and FAP for these fanouts (e.g. 10,5; 'full')",
+    )
     p.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    from gnn_faas.cli.datasets import parse_metric_fanouts
     from gnn_faas.storage.ingest import ingest
 
     store = args.store or default_store()
+    # checked before the (possibly long) ingest, not after it
+    fanouts = parse_metric_fanouts(args.metrics) if args.metrics else None
     res = ingest(
         args.source,
         store,
@@ -60,6 +69,13 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     m, c = res.manifest, res.counts
+    metrics = ""
+    if fanouts is not None:
+        from gnn_faas.storage.format import open_graph
+        from gnn_faas.storage.workload_metrics import compute_and_store
+
+        compute_and_store(open_graph(store, m.name), fanouts)
+        metrics = f", PSGS and FAP for fanouts {args.metrics}"
     dropped = [
         f"{c[k]} {k.replace('_dropped', '').replace('_', ' ')}"
         for k in sorted(c)
@@ -68,6 +84,6 @@ def _run(args: argparse.Namespace) -> int:
     print(
         f"ingested {m.name}: {m.num_nodes} vertices, {m.num_edges} edges "
         f"(from {c['edges_in']} lines{'; dropped ' + ', '.join(dropped) if dropped else ''}), "
-        f"feature dim {m.feature_dim}, {res.seconds:.1f} s -> {store}"
+        f"feature dim {m.feature_dim}{metrics}, {res.seconds:.1f} s -> {store}"
     )
     return 0

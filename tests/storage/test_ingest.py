@@ -305,3 +305,29 @@ def test_a_million_edges(tmp_path):
     keys = np.unique(src[src != dst] * (10 * n) + dst[src != dst])
     assert g.num_edges == keys.size
     assert g.num_nodes == np.unique(np.r_[src, dst]).size
+
+
+def test_cli_ingest_computes_workload_metrics(tmp_path, capsys, bitcoin):
+    """``--metrics 10,5``: PSGS and FAP stored at ingest, equal to what the
+    ``datasets metrics`` command computes on the stored graph."""
+    from gnn_faas.storage.workload_metrics import fap, psgs
+
+    path = tmp_path / "otc.csv.gz"
+    write_snap(path, bitcoin, ",", None, False)
+    store = f"file://{tmp_path / 'store'}"
+    code, out, err = run_cli(capsys, "ingest", str(path), "--name", "otc", "--store", store,
+                             "--symmetrize", "--metrics", "10,5")  # fmt: skip
+    assert code == 0 and err == "" and "PSGS and FAP for fanouts 10,5" in out
+    g = open_graph(store, "otc")
+    indptr, indices = g.read_blob("indptr"), g.read_blob("indices")
+    np.testing.assert_allclose(g.read_blob("psgs"), psgs(indptr, indices, [10, 5]), rtol=1e-6)
+    assert g.read_blob("fap").shape == (g.num_nodes,)
+    assert np.all(g.read_blob("psgs") >= 1)
+    uniform = fap(indptr, indices, [10, 5], np.full(g.num_nodes, 1.0 / g.num_nodes))
+    np.testing.assert_allclose(g.read_blob("fap"), uniform, rtol=1e-5)
+    # bad fanouts are refused before anything is ingested
+    code, _, err = run_cli(capsys, "ingest", str(path), "--name", "otc2", "--store", store,
+                           "--metrics", "0,5")  # fmt: skip
+    assert code == 2 and "fanout" in err
+    with pytest.raises(NotFound):
+        open_graph(store, "otc2")
