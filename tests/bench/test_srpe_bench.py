@@ -15,6 +15,9 @@ def test_srpe_bench_on_cora(tmp_path, capsys):
     r = json.loads(capsys.readouterr().out)
     assert r["queries"] == 30 and r["accuracy_kind"] == "labels"
     assert 0 <= r["exact"]["accuracy"] <= 1 and r["exact"]["p50_ms"] > 0
+    # the breakdown: building the graph is part of each serving; every serving reads the store
+    assert 0 < r["exact"]["graph_p50_ms"] <= r["exact"]["p50_ms"]
+    assert r["exact"]["reads_mean"] >= 3  # >= 1 hop of indptr + indices, then the features
     for policy in ("query_edge_ratio", "random"):
         full = r["policies"][policy]["1"]
         # budget 1 recomputes every candidate: the answers are exact serving's
@@ -23,4 +26,6 @@ def test_srpe_bench_on_cora(tmp_path, capsys):
         none = r["policies"][policy]["0"]
         assert none["recomputed_mean"] == 0 and none["rows_mean"] <= full["rows_mean"]
         assert none["rel_error_mean"] > full["rel_error_mean"]  # stale neighbours cost accuracy
+        assert none["rows_p50"] <= full["rows_p50"] == r["exact"]["rows_p50"]
+        assert 0 < none["graph_p50_ms"] <= none["p50_ms"] and none["reads_mean"] >= 3
     assert main(["bench", "srpe", "--graph", "cora", "--budgets", "2"]) == 2
