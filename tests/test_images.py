@@ -244,7 +244,7 @@ def test_gateway_container_runs_the_bundle_as_containers(client, assets, docker_
         url = f"http://127.0.0.1:{port}"
         wait_ready(c, url, timeout=180)
         assert requests.get(f"{url}/_/health", timeout=5).status_code == 200
-        fns = client.containers.list(filters={"label": "io.gnn-faas.function"})
+        fns = client.containers.list(ignore_removed=True, filters={"label": "io.gnn-faas.function"})
         mine = [f for f in fns if f.labels["io.gnn-faas.function"].startswith("btc-")]
         assert sorted(f.labels["io.gnn-faas.kind"] for f in mine) == ["compute", "memory"]
         r = requests.post(f"{url}/v2/models/btc/infer", json=vertex_request([1, 2, 3]), timeout=60)
@@ -257,7 +257,9 @@ def test_gateway_container_runs_the_bundle_as_containers(client, assets, docker_
         ids = {f.id for f in mine}
         left = {
             f.id
-            for f in client.containers.list(all=True, filters={"label": "io.gnn-faas.function"})
+            for f in client.containers.list(
+                ignore_removed=True, all=True, filters={"label": "io.gnn-faas.function"}
+            )
         }
         assert not ids & left, "the gateway's function containers outlived it"
     finally:

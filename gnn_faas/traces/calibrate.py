@@ -194,10 +194,7 @@ def calibrate(
             tt = map_targets(order, tr.requests, offset=k)
             extra_sets = khop_sets(g, np.unique(tt), layers)
             res = replay(stack.url, graph, tr.arrivals, tt)
-            ok = [i for i in range(tr.requests) if res.status[i] == 200]
-            params = [{"execution": res.execution[i], "latency_ms": res.latency[i] * 1e3,
-                       "buffer_wait_ms": res.buffer_wait[i] * 1e3} for i in ok]  # fmt: skip
-            samples += _executions(params, [int(tt[i]) for i in ok], extra_sets)
+            samples += replay_executions(res, tt, extra_sets, np.ones(tr.requests, bool))
             stages += res.parameters
         log(f"{len(samples)} executions measured")
     share = memory_share(stages)

@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -120,8 +120,8 @@ class PolicyRun:
         r = self.arrivals >= t0
         e = self.inv_start >= t0
         i = self.inst_stop > t0
-        return PolicyRun(
-            name=self.name,
+        return replace(
+            self,
             arrivals=self.arrivals[r] - t0,
             done=self.done[r] - t0,
             cold=self.cold[r],
@@ -136,10 +136,6 @@ class PolicyRun:
             inst_mb=self.inst_mb[i],
             inst_vcpus=self.inst_vcpus[i],
             cold_starts=int((self.inst_spawn >= t0).sum()),
-            serverful=self.serverful,
-            billing=self.billing,
-            wall_s=self.wall_s,
-            extra=self.extra,
             inv_fn=None if self.inv_fn is None else self.inv_fn[e],
         )
 
@@ -624,11 +620,14 @@ def simulate_gnn_faas(
     )
 
 
-def _per_request(setup: SimulationSetup, mode: str, cold_s: float, **kw) -> PoolRun:
+def _pool_pass(
+    setup: SimulationSetup, ready: np.ndarray, service: np.ndarray, mode: str, cold_s: float, **kw
+) -> PoolRun:
+    """One :func:`run_pool` pass with the calibration's keep-alive and floor."""
     cal = setup.calibration
     return run_pool(
-        setup.stream.arrivals,
-        cal.exec_s(setup.stream.sizes, seed=setup.seed),
+        ready,
+        service,
         mode=mode,
         cold_s=cold_s,
         keep_alive_s=cal.keep_alive_s,
@@ -638,15 +637,16 @@ def _per_request(setup: SimulationSetup, mode: str, cold_s: float, **kw) -> Pool
     )
 
 
+def _per_request(setup: SimulationSetup, mode: str, cold_s: float, **kw) -> PoolRun:
+    service = setup.calibration.exec_s(setup.stream.sizes, seed=setup.seed)
+    return _pool_pass(setup, setup.stream.arrivals, service, mode, cold_s, **kw)
+
+
 def simulate_faas_gnn(setup: SimulationSetup, progress=None) -> PolicyRun:
     cal = setup.calibration
 
     def stage(r: np.ndarray, service: np.ndarray, cold_s: float) -> PoolRun:
-        return run_pool(
-            r, service, mode="load_aware", cold_s=cold_s, keep_alive_s=cal.keep_alive_s,
-            min_instances=cal.min_instances, end_s=setup.duration_s,
-            max_instances=cal.max_instances,
-        )  # fmt: skip
+        return _pool_pass(setup, r, service, "load_aware", cold_s, max_instances=cal.max_instances)
 
     service = cal.exec_s(setup.stream.sizes, seed=setup.seed)
     pool = _function_pools(setup, stage, setup.stream.arrivals, service)

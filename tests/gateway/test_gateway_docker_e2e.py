@@ -49,7 +49,9 @@ def failures(url: str) -> dict[tuple[str, str], float]:
 
 
 def memory_containers(client, function: str):
-    return client.containers.list(filters={"label": f"io.gnn-faas.function={function}"})
+    return client.containers.list(
+        ignore_removed=True, filters={"label": f"io.gnn-faas.function={function}"}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -229,7 +231,9 @@ def test_function_containers_do_not_outlive_a_killed_gateway(served, victim):
     def containers():
         return {
             c.id: c
-            for c in client.containers.list(all=True, filters={"label": "io.gnn-faas.function"})
+            for c in client.containers.list(
+                ignore_removed=True, all=True, filters={"label": "io.gnn-faas.function"}
+            )
             if c.labels["io.gnn-faas.function"].startswith("crash-")
         }
 

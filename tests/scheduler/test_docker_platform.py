@@ -137,7 +137,7 @@ def test_a_container_that_exits_before_ready_is_an_error_with_its_log(platform, 
         platform.launch(spec)
     assert platform.failure_counts() == {("mem", "start_exit"): 1}
     left = platform.client.containers.list(
-        all=True, filters={"label": f"{LABEL}.owner={platform.owner}"}
+        ignore_removed=True, all=True, filters={"label": f"{LABEL}.owner={platform.owner}"}
     )
     assert left == []
 

@@ -250,7 +250,7 @@ class DockerPlatform(ManagedPlatform):
         removed = []
         try:
             found = self.client.containers.list(
-                all=True, filters={"label": f"{LABEL}.platform=docker"}
+                ignore_removed=True, all=True, filters={"label": f"{LABEL}.platform=docker"}
             )
         except Exception as exc:
             log.warning("cannot list containers to reap orphans: %s", exc)
@@ -424,19 +424,14 @@ class DockerPlatform(ManagedPlatform):
         """Whether the container has exited or does within ``within_s``. A call
         fails the moment a killed container's socket closes, often before the
         engine has reaped it and shows it ``exited``: asking once then missed
-        the kill (and its failure count) under load. A container still running
-        after the wait is one we stop ourselves."""
-        deadline = time.monotonic() + within_s
-        while True:
-            try:
-                status = self.client.api.inspect_container(container_id)["State"]["Status"]
-            except Exception:  # gone already: nothing to tell
-                return False
-            if status in ("exited", "dead"):
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)
+        the kill (and its failure count) under load. The engine's wait answers
+        at the exit; a container still running after ``within_s`` (the wait
+        times out) is one we stop ourselves, one already gone tells nothing."""
+        try:
+            self.client.api.wait(container_id, timeout=within_s)
+        except Exception:  # timed out (still running) or removed already
+            return False
+        return True
 
     def _exited(self, live: dict[str, Running], force: bool) -> dict[str, str]:
         """The containers that exited, by :meth:`failure_reason`: one engine call
@@ -479,7 +474,7 @@ class DockerPlatform(ManagedPlatform):
         super()._terminate_all(runs, grace)
         with contextlib.suppress(Exception):
             for c in self.client.containers.list(
-                all=True, filters={"label": f"{LABEL}.owner={self.owner}"}
+                ignore_removed=True, all=True, filters={"label": f"{LABEL}.owner={self.owner}"}
             ):
                 c.remove(force=True)
 
