@@ -4,7 +4,7 @@ Azure 2019 function, replayed open loop at its own rate (~75 requests/s) into
 a stack deployed as the bundled calibration was measured (256/512 MB
 functions, at most 4 instances, one warm). The run directory is written.
 
-The window is preceded by 15 s of the trace, replayed and simulated but not
+The window is preceded by 30 s of the trace, replayed and simulated but not
 measured (``--warmup``): without it the stack starts with one warm instance
 into ~75 requests/s, and on the local platform the instances it launches then
 (Python processes importing torch) take the same two cores the serving ones
@@ -13,8 +13,12 @@ start would make them (live p99 433-794 ms against 216 ms simulated).
 ``--fit-warmup`` refits the profile's execution times on the warm-up's
 executions (the window is held out): CI failed when the live p50 on a loaded
 2-core machine ran 20% slower than the bundled profile measured on a quiet one.
+The refit takes the warm-up's second half (15 s, ~100 executions): with 15 s
+of warm-up its ~50 executions made the simulated tail swing (CI once saw a
+simulated p99 of 764 ms against 219 ms live, a start-up cold start drawn into
+the tail, now capped by ``calibrate._executions``).
 
-p50 and p99 must agree within 15% (measured: within 6%, also with a CPU hog
+p50 and p99 must agree within 15% (measured: within 7%, also with two CPU hogs
 beside the test); GB-s per request within 15% plus two instance-launch quanta
 (see below)."""
 
@@ -69,7 +73,7 @@ def test_live_replay_agrees_with_the_simulation(served, tmp_path):
         url=stack.url, model="bitcoin-otc", store=store, out=str(out), senders=64,
         timeout=30.0, slo=None, predict=True, policies="gnn_faas", calibration=None,
         prices=None, fit_warmup=True, no_progress=True, trace_file=None, day=False, minutes=0.5,
-        start_minute=60.0, warmup=15.0, speedup=1.0, seed=0, spread=None, rank=0, function=None,
+        start_minute=60.0, warmup=30.0, speedup=1.0, seed=0, spread=None, rank=0, function=None,
         frequent=False, random_offset=False, raw_hour=False,
     )  # fmt: skip
     live = run_replay("azure2019", args)
