@@ -41,7 +41,7 @@ from gnn_faas.gateway.inference_request import (
     model_signature,
     parse_infer_request,
 )
-from gnn_faas.gateway.load_aware_queue import FunctionPool
+from gnn_faas.gateway.function_pool import FunctionPool
 from gnn_faas.gateway.metrics import GatewayMetrics
 from gnn_faas.gateway.new_vertices import (
     NewVertexLimits,

@@ -38,7 +38,7 @@ def setup_simulation(
     buffer configuration and timeout configurator for the graph."""
     from gnn_faas.config import BufferSettings
     from gnn_faas.errors import InvalidRequest
-    from gnn_faas.gateway.load_aware_queue import LoadAwarePolicy
+    from gnn_faas.gateway.function_pool import LoadAwarePolicy
     from gnn_faas.gateway.timeout_configurator import load_configurator
     from gnn_faas.traces.request_stream import build_stream
     from gnn_faas.traces.simulator import SimulationSetup

@@ -12,7 +12,7 @@ the fit, cold starts, memory sizes). Policies:
   configurator and the global optimiser, exactly what ``MultiBufferPool``
   runs when serving); each closed buffer is one execution of ``T(|U_b|)``
   seconds (``U_b``: the union of its requests' k-hop sets) dispatched by the
-  gateway's :class:`~gnn_faas.gateway.load_aware_queue.LoadAwarePolicy` over
+  gateway's :class:`~gnn_faas.gateway.function_pool.LoadAwarePolicy` over
   a memory pool and a compute pool in series that scale apart, as the
   gateway's do (:mod:`gnn_faas.traces.tandem`; memory+compute pairs with a
   calibration that has no ``memory_share``), with cold starts and keep-alive;
@@ -50,7 +50,7 @@ from gnn_faas.clock import FakeClock
 from gnn_faas.errors import InvalidRequest
 from gnn_faas.gateway.buffer import PendingRequest
 from gnn_faas.gateway.buffer_pool import BufferConfig, BufferPoolState
-from gnn_faas.gateway.load_aware_queue import IDLE, LoadAwarePolicy, Run
+from gnn_faas.gateway.function_pool import IDLE, LoadAwarePolicy, Run
 from gnn_faas.traces.calibration import Calibration
 from gnn_faas.traces.cost import Price, dollars
 from gnn_faas.traces.instance_pool import PoolRun, run_pool

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gnn_faas.gateway import router as router_module
-from gnn_faas.gateway.load_aware_queue import LoadAwarePolicy, RequestCentricPolicy
+from gnn_faas.gateway.function_pool import LoadAwarePolicy, RequestCentricPolicy
 from gnn_faas.gateway.timeout_configurator import DecisionTreeTimeoutConfigurator
 from gnn_faas.traces import twitter
 from gnn_faas.traces.calibration import Calibration
