@@ -48,7 +48,7 @@ def _run(args: argparse.Namespace) -> int:
     from gnn_faas.errors import InvalidRequest
 
     if args.trace == "calibrate":
-        from gnn_faas.traces.calibrate import calibrate
+        from gnn_faas.traces.measure_calibration import calibrate
 
         if not args.out:
             raise InvalidRequest("simulate calibrate needs --out FILE.json")

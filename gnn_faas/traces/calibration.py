@@ -2,7 +2,7 @@
 
 Nothing in :mod:`gnn_faas.traces.simulator` is a typed-in service time, cold
 start or memory size: it all comes from a profile measured on the real system
-by ``gnn-faas simulate calibrate`` (:func:`gnn_faas.traces.calibrate.calibrate`),
+by ``gnn-faas simulate calibrate`` (:func:`gnn_faas.traces.measure_calibration.calibrate`),
 which brings the bundle up with ``gnn-faas up`` and records:
 
 - ``execution``: seconds from a buffer's close to its requests' answers, against

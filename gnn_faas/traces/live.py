@@ -261,7 +261,7 @@ def warmup_calibration(cal: Any, graph: Any, full: Any, targets: np.ndarray,
     executions of the warm-up's second half (its first half holds the stack's
     start-up), so the prediction runs at the speed the machine has now; the
     measured window is held out of the fit."""
-    from gnn_faas.traces.calibrate import replay_executions, share_of
+    from gnn_faas.traces.measure_calibration import replay_executions, share_of
     from gnn_faas.traces.request_stream import khop_sets
 
     mask = (full.arrival >= warmup_s / 2) & (full.arrival < warmup_s)

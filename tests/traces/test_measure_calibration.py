@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gnn_faas.traces.calibrate import replay_executions
+from gnn_faas.traces.measure_calibration import replay_executions
 from gnn_faas.traces.replay import ReplayResult
 from gnn_faas.traces.request_stream import KHopSets
 
