@@ -57,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def largest_request_mb(store: str, graph: str, targets: np.ndarray, layers: int, dim: int) -> int:
     """Memory function size for the largest request (FaaS-GNN's baseline sizing)."""
-    from gnn_faas.scheduler.function_memory import round_memory_mb
+    from gnn_faas.scheduler.sizing.function_memory import round_memory_mb
     from gnn_faas.storage.fetcher import KHopFetcher
     from gnn_faas.storage.format import open_graph
 

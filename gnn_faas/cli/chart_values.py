@@ -4,7 +4,7 @@
     gnn-faas chart-values --size size.json --model bitcoin-otc --out sizing.yaml
     helm upgrade --install gnn-faas charts/ -f sizing.yaml
 
-Writes the chart's ``sizing`` value (scheduler/chart_sizing.py: per kind, the
+Writes the chart's ``sizing`` value (scheduler/sizing/chart.py: per kind, the
 largest cores and memory of its stages).
 """
 
@@ -30,7 +30,7 @@ def _chart_values(args: argparse.Namespace) -> int:
     import yaml
 
     from gnn_faas.errors import InvalidRequest
-    from gnn_faas.scheduler.chart_sizing import sizing_values
+    from gnn_faas.scheduler.sizing.chart import sizing_values
 
     try:
         text = sys.stdin.read() if args.size == "-" else Path(args.size).read_text()

@@ -57,7 +57,7 @@ def _size(args: argparse.Namespace) -> int:
     from gnn_faas.functions.checkpoint import load_config
     from gnn_faas.functions.layer_plan import ModelPlan
     from gnn_faas.functions.update import UpdateModel
-    from gnn_faas.scheduler.function_memory import (
+    from gnn_faas.scheduler.sizing.function_memory import (
         COMPUTE_RUNTIME_MB,
         MEMORY_RUNTIME_MB,
         MIB,
@@ -66,13 +66,13 @@ def _size(args: argparse.Namespace) -> int:
         round_memory_mb,
         update_activation_row_bytes,
     )
-    from gnn_faas.scheduler.function_sizing import (
+    from gnn_faas.scheduler.sizing.function_sizing import (
         core_grid,
         exhaustive,
         size_functions,
         stages_from_profile,
     )
-    from gnn_faas.scheduler.latency_profile import LatencyProfile
+    from gnn_faas.scheduler.sizing.latency_profile import LatencyProfile
     from gnn_faas.storage.fetcher import KHopFetcher
     from gnn_faas.storage.format import open_graph
 

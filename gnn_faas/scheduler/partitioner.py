@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from gnn_faas.errors import InvalidRequest
-from gnn_faas.scheduler.function_memory import EDGE_BYTES, MIB, memory_function_bytes
+from gnn_faas.scheduler.sizing.function_memory import EDGE_BYTES, MIB, memory_function_bytes
 from gnn_faas.storage.computation_graph import Block, ComputationGraph
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from gnn_faas.cli import main
 from gnn_faas.functions.checkpoint import save_checkpoint
 from gnn_faas.functions.model_config import ModelConfig
 from gnn_faas.functions.pyg_models import build_model
-from gnn_faas.scheduler.latency_profile import LatencyProfile
+from gnn_faas.scheduler.sizing.latency_profile import LatencyProfile
 from gnn_faas.storage.datasets import ensure_dataset
 
 pytestmark = pytest.mark.slow

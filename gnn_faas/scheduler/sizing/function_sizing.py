@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gnn_faas.errors import InvalidRequest
-from gnn_faas.scheduler.latency_profile import LatencyProfile
+from gnn_faas.scheduler.sizing.latency_profile import LatencyProfile
 
 
 @dataclass(frozen=True)

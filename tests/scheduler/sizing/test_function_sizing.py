@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 from gnn_faas.errors import InvalidRequest, NotFound
-from gnn_faas.scheduler.function_memory import (
+from gnn_faas.scheduler.sizing.function_memory import (
     MIB,
     compute_function_bytes,
     memory_function_bytes,
     round_memory_mb,
     update_activation_row_bytes,
 )
-from gnn_faas.scheduler.function_sizing import (
+from gnn_faas.scheduler.sizing.function_sizing import (
     Prices,
     Stage,
     core_grid,
@@ -25,7 +25,7 @@ from gnn_faas.scheduler.function_sizing import (
     size_functions,
     stages_from_profile,
 )
-from gnn_faas.scheduler.latency_profile import LatencyProfile, amdahl_profile, record_profile
+from gnn_faas.scheduler.sizing.latency_profile import LatencyProfile, amdahl_profile, record_profile
 
 # A 2-layer plan on a merged Bitcoin OTC buffer: (overhead s, s per row on 1 core,
 # serial fraction). Aggregate is memory-bound (poor scaling), Update is dense

@@ -9,7 +9,7 @@ import yaml
 
 from gnn_faas.cli import main
 from gnn_faas.errors import InvalidRequest
-from gnn_faas.scheduler.chart_sizing import sizing_values
+from gnn_faas.scheduler.sizing.chart import sizing_values
 
 REPORT = {
     "memory_mb": {"aggregate-1": 192, "update-1": 384, "aggregate-2": 256, "update-2": 320},

@@ -1,0 +1,1 @@
+"""Function sizing: memory formulas, latency profiles, the size search and the chart's sizing values."""
