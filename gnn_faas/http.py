@@ -25,7 +25,7 @@ from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from gnn_faas.errors import GnnFaasError, InvalidRequest, http_headers, http_status
-from gnn_faas.functions.wire import (
+from gnn_faas.wire import (
     DEFAULT_MAX_BYTES,
     FRAME_MIME,
     decode_frame,

@@ -34,7 +34,7 @@ import numpy as np
 from flask import Flask, jsonify
 
 from gnn_faas.errors import InvalidRequest
-from gnn_faas.functions.wire import DEFAULT_MAX_BYTES, params_get, require
+from gnn_faas.wire import DEFAULT_MAX_BYTES, params_get, require
 from gnn_faas.http import frame_response, install, read_frame
 
 

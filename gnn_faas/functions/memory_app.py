@@ -9,7 +9,7 @@ On start it opens the graph (``verify="size"``: one size check per blob), a
 instance's memory limit (``--memory-mb``, else the cgroup, else physical RAM).
 
 Endpoints (frames are ``application/x-gnn-faas-frame``, see
-:mod:`gnn_faas.functions.wire`):
+:mod:`gnn_faas.wire`):
 
 - ``GET /v2/health/live`` -> ``{"live": true}``; ``GET /v2/health/ready`` ->
   ``{"ready": true}`` once the graph is open and the cache allocated (503 before).
@@ -59,7 +59,7 @@ from gnn_faas.functions.feature_cache import (
 )
 from gnn_faas.functions.memory_limit import detect_memory_limit, rss_bytes
 from gnn_faas.functions.peak_predictor import PeakPredictor, RequestShape, bundled_predictor_path
-from gnn_faas.functions.wire import (
+from gnn_faas.wire import (
     DEFAULT_MAX_BYTES,
     cg_from_tensors,
     cg_tensors,

@@ -34,7 +34,7 @@ from gnn_faas.functions.peak_predictor import (
     RequestShape,
     shape_features,
 )
-from gnn_faas.functions.wire import decode_frame, encode_frame
+from gnn_faas.wire import decode_frame, encode_frame
 from gnn_faas.storage.fetcher import KHopFetcher
 from gnn_faas.storage.format import GraphHandle
 

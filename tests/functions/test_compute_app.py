@@ -10,7 +10,7 @@ from gnn_faas.functions.compute_app import create_compute_app, default_threads
 from gnn_faas.functions.model_config import ModelConfig
 from gnn_faas.functions.pyg_models import build_model
 from gnn_faas.functions.update import UpdateModel
-from gnn_faas.functions.wire import FRAME_MIME, decode_frame, encode_frame
+from gnn_faas.wire import FRAME_MIME, decode_frame, encode_frame
 
 CONFIGS = {
     # layer 2 transforms first (16 -> 4 < 16): it has a pre stage

@@ -33,7 +33,7 @@ MEMORY_MODULES = [
     "gnn_faas.functions.feature_cache",
     "gnn_faas.functions.peak_predictor",
     "gnn_faas.functions.memory_limit",
-    "gnn_faas.functions.wire",
+    "gnn_faas.wire",
     "gnn_faas.functions.client",
     "gnn_faas.functions.gunicorn_runner",
     "gnn_faas.functions.aggregate",

@@ -171,7 +171,7 @@ class RealMemoryFunction:
         self.client = MemoryClient("inproc://memory")
 
     def aggregate(self, op, block, src_ids, h=None, extras=None, **kw):
-        from gnn_faas.functions.wire import decode_frame
+        from gnn_faas.wire import decode_frame
 
         captured = {}
 
@@ -186,7 +186,7 @@ class RealMemoryFunction:
         return out
 
     def features(self, ids):
-        from gnn_faas.functions.wire import decode_frame
+        from gnn_faas.wire import decode_frame
 
         body = self.fn.features_request({"ids": np.asarray(ids, np.int64)}, {})
         return decode_frame(body, max_bytes=len(body))[0]["x"]

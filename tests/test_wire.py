@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gnn_faas.errors import InvalidRequest, PayloadTooLarge
-from gnn_faas.functions.wire import (
+from gnn_faas.wire import (
     cg_from_tensors,
     cg_tensors,
     decode_frame,
