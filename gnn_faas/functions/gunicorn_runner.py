@@ -131,7 +131,7 @@ class FactoryApplication(BaseApplication):
 
     def _post_fork(self, server, worker) -> None:
         # a worker dies with its master, even a SIGKILLed one (no orphans)
-        from gnn_faas.scheduler.platform.parent_death import (
+        from gnn_faas.parent_death import (
             limit_malloc_arenas,
             set_parent_death_signal,
         )
