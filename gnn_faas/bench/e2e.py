@@ -71,7 +71,7 @@ def largest_request_mb(store: str, graph: str, targets: np.ndarray, layers: int,
 
 
 def run(args: argparse.Namespace) -> dict:
-    from gnn_faas.bench.stack import Stack, prepared_model, summarise
+    from gnn_faas.stack import Stack, prepared_model, summarise
     from gnn_faas.traces.cost import load_prices
     from gnn_faas.traces.live import replay_live, write_live
     from gnn_faas.traces.replay import replay

@@ -56,7 +56,7 @@ def rss_trend(t_min: np.ndarray, mib: np.ndarray) -> dict:
 def run(args: argparse.Namespace) -> dict:
     from gnn_faas.bench.open_loop import LoadResult, poisson_arrivals, run_open_loop
     from gnn_faas.bench.overload import request_targets
-    from gnn_faas.bench.stack import Stack, prepared_model
+    from gnn_faas.stack import Stack, prepared_model
     from gnn_faas.bench.stack_memory import stack_rss
     from gnn_faas.errors import InvalidRequest
 

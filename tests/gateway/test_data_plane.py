@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnn_faas.bench.stack import Stack
+from gnn_faas.stack import Stack
 from gnn_faas.config import ServingConfig, from_dict
 from gnn_faas.functions.checkpoint import save_checkpoint
 from gnn_faas.functions.model_config import ModelConfig

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import requests
 
-from gnn_faas.bench.stack import Stack
+from gnn_faas.stack import Stack
 from gnn_faas.storage.datasets import ensure_dataset
 from gnn_faas.storage.format import open_graph
 from gnn_faas.storage.ingest import build_csr, write_csr

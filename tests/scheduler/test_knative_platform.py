@@ -23,7 +23,7 @@ import pytest
 import requests
 import yaml
 
-from gnn_faas.bench.stack import Stack
+from gnn_faas.stack import Stack
 from gnn_faas.scheduler.platform.base import FunctionSpec
 from gnn_faas.scheduler.platform.local import LocalPlatform
 from gnn_faas.storage.datasets import ensure_dataset
