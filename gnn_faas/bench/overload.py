@@ -82,7 +82,7 @@ def model_totals(status: dict, model: str) -> dict:
 def run(args: argparse.Namespace) -> dict:
     from gnn_faas.bench.open_loop import poisson_arrivals, run_open_loop
     from gnn_faas.stack import Stack, prepared_model
-    from gnn_faas.bench.stack_memory import by_role, stack_rss
+    from gnn_faas.stack_memory import by_role, stack_rss
     from gnn_faas.errors import InvalidRequest
 
     try:

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> dict:
     from gnn_faas.bench.open_loop import LoadResult, poisson_arrivals, run_open_loop
     from gnn_faas.bench.overload import request_targets
     from gnn_faas.stack import Stack, prepared_model
-    from gnn_faas.bench.stack_memory import stack_rss
+    from gnn_faas.stack_memory import stack_rss
     from gnn_faas.errors import InvalidRequest
 
     if args.rate <= 0 or args.minutes <= 0 or args.sample_seconds <= 0:
