@@ -183,7 +183,9 @@ class PlatformConfig:
 
 @dataclass(frozen=True)
 class BufferSettings:
-    """Graph-sharing buffers (λGrapher 3.2-3.3); see gateway/buffer_pool.py."""
+    """Graph-sharing buffers (λGrapher 3.2-3.3), the ``buffers:`` section; a model's
+    :class:`~gnn_faas.gateway.buffer_pool.BufferConfig` is
+    ``BufferConfig.from_settings(settings, slo_s)``."""
 
     num_buffers: int = 4
     gamma: float = 0.1
@@ -196,25 +198,6 @@ class BufferSettings:
     exec_estimate_s: float = 0.05
     global_opt: bool = True
     tree: str | None = None  # fitted decision tree JSON; None: the one shipped for the graph
-
-    def for_slo(self, slo_s: float):
-        """The gateway's :class:`BufferConfig` for a model with this SLO (τ is
-        configured relative to the SLO, so one section serves every model)."""
-        from gnn_faas.gateway.buffer_pool import BufferConfig
-
-        return BufferConfig(
-            num_buffers=self.num_buffers,
-            slo_s=slo_s,
-            gamma=self.gamma,
-            delta=self.delta,
-            tau_s=self.tau_fraction * slo_s,
-            max_steps=self.max_steps,
-            alpha=self.alpha,
-            beta=self.beta,
-            max_requests_per_buffer=self.max_requests_per_buffer,
-            exec_estimate_s=self.exec_estimate_s,
-            global_opt=self.global_opt,
-        )
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,6 @@ import numpy as np
 import safetensors.numpy
 
 from gnn_faas.errors import InvalidRequest, PayloadTooLarge
-from gnn_faas.storage.computation_graph import ComputationGraph
 
 FRAME_MIME = "application/x-gnn-faas-frame"
 JSON_MIME = "application/json"
@@ -212,34 +211,3 @@ def params_get(params: Mapping[str, Any], key: str, kind: type | tuple, default:
     if not isinstance(value, kinds):
         raise InvalidRequest(f"parameter {key!r} must be {'/'.join(k.__name__ for k in kinds)}")
     return value
-
-
-# -- computation graphs as frames (/v1/graph) -----------------------------------
-def cg_tensors(cg: ComputationGraph) -> dict[str, np.ndarray]:
-    """A computation graph as frame tensors (int64): ``nodes``, ``layer_sizes``,
-    ``indptr``, ``indices``, ``target_index`` and, when fetched, ``in_degree``."""
-    t = {
-        "nodes": cg.nodes.astype(np.int64, copy=False),
-        "layer_sizes": np.asarray(cg.layer_sizes, dtype=np.int64),
-        "indptr": cg.indptr.astype(np.int64, copy=False),
-        "indices": cg.indices.astype(np.int64, copy=False),
-        "target_index": np.asarray(cg.target_index, dtype=np.int64),
-    }
-    if cg.in_degree is not None:
-        t["in_degree"] = cg.in_degree.astype(np.int64, copy=False)
-    return t
-
-
-def cg_from_tensors(t: dict[str, np.ndarray]) -> ComputationGraph:
-    """Inverse of :func:`cg_tensors` (what a client rebuilds from ``/v1/graph``)."""
-    try:
-        return ComputationGraph(
-            nodes=np.asarray(t["nodes"]),
-            layer_sizes=tuple(int(x) for x in t["layer_sizes"]),
-            indptr=np.asarray(t["indptr"]),
-            indices=np.asarray(t["indices"]),
-            target_index=np.asarray(t["target_index"]),
-            in_degree=None if "in_degree" not in t else np.asarray(t["in_degree"]),
-        )
-    except KeyError as exc:
-        raise InvalidRequest(f"computation graph frame lacks {exc}") from None

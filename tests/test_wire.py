@@ -13,17 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gnn_faas.errors import InvalidRequest, PayloadTooLarge
+from gnn_faas.storage.computation_graph import cg_from_tensors, cg_tensors
+from gnn_faas.storage.datasets import ensure_dataset
+from gnn_faas.storage.fetcher import KHopFetcher
 from gnn_faas.wire import (
-    cg_from_tensors,
-    cg_tensors,
     decode_frame,
     decode_json,
     encode_frame,
     params_get,
     require,
 )
-from gnn_faas.storage.datasets import ensure_dataset
-from gnn_faas.storage.fetcher import KHopFetcher
 
 
 def _frame(header: dict, data: bytes = b"") -> bytes:

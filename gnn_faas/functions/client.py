@@ -20,8 +20,8 @@ import requests
 
 from gnn_faas import errors
 from gnn_faas.functions.layer_plan import LayerStep
-from gnn_faas.wire import FRAME_MIME, cg_from_tensors, decode_frame, encode_frame
-from gnn_faas.storage.computation_graph import Block, ComputationGraph
+from gnn_faas.storage.computation_graph import Block, ComputationGraph, cg_from_tensors
+from gnn_faas.wire import FRAME_MIME, decode_frame, encode_frame
 
 _BY_STATUS: dict[int, type[errors.GnnFaasError]] = {
     400: errors.InvalidRequest,

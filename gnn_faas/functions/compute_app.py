@@ -34,8 +34,8 @@ import numpy as np
 from flask import Flask, jsonify
 
 from gnn_faas.errors import InvalidRequest
-from gnn_faas.wire import DEFAULT_MAX_BYTES, params_get, require
 from gnn_faas.http import frame_response, install, read_frame
+from gnn_faas.wire import DEFAULT_MAX_BYTES, params_get, require
 
 
 def default_threads(workers: int = 1) -> int:

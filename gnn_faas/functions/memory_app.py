@@ -59,18 +59,16 @@ from gnn_faas.functions.feature_cache import (
 )
 from gnn_faas.functions.memory_limit import detect_memory_limit, rss_bytes
 from gnn_faas.functions.peak_predictor import PeakPredictor, RequestShape, bundled_predictor_path
+from gnn_faas.http import encoded_frame_response, error_response, install, read_frame
+from gnn_faas.storage.computation_graph import Block, cg_from_tensors, cg_tensors
+from gnn_faas.storage.fetcher import KHopFetcher
+from gnn_faas.storage.format import open_graph
 from gnn_faas.wire import (
     DEFAULT_MAX_BYTES,
-    cg_from_tensors,
-    cg_tensors,
     encode_frame,
     params_get,
     require,
 )
-from gnn_faas.http import encoded_frame_response, error_response, install, read_frame
-from gnn_faas.storage.computation_graph import Block
-from gnn_faas.storage.fetcher import KHopFetcher
-from gnn_faas.storage.format import open_graph
 
 MAX_HOPS = 8
 DEFAULT_PREDICTOR_GRAPH = "bitcoin-otc"  # the bundled predictor transfers: its inputs are shapes

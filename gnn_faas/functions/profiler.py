@@ -34,9 +34,9 @@ from gnn_faas.functions.peak_predictor import (
     RequestShape,
     shape_features,
 )
-from gnn_faas.wire import decode_frame, encode_frame
 from gnn_faas.storage.fetcher import KHopFetcher
 from gnn_faas.storage.format import GraphHandle
+from gnn_faas.wire import decode_frame, encode_frame
 
 PROFILE_OPS = ("gcn", "mean", "max", "sum", "gin", "gat")
 HIDDEN_WIDTHS = (16, 32, 64, 128)

@@ -25,6 +25,7 @@ Life of a buffer (see :mod:`gnn_faas.gateway.buffer` for ``close_at``):
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import math
 import threading
@@ -138,6 +139,20 @@ class BufferConfig:
             alpha=self.alpha,
             beta=self.beta,
         )
+
+    @classmethod
+    def from_settings(cls, settings: Any, slo_s: float) -> BufferConfig:
+        """The config of a model with this SLO from the serving config's ``buffers``
+        section (:class:`~gnn_faas.config.BufferSettings`): every field the two
+        share is copied by name, and ``tau_s = tau_fraction·slo_s`` (τ is set
+        relative to the SLO, so one section serves every model)."""
+        mine = {f.name for f in dataclasses.fields(cls)}
+        shared = {
+            f.name: getattr(settings, f.name)
+            for f in dataclasses.fields(settings)
+            if f.name in mine
+        }
+        return cls(slo_s=slo_s, tau_s=settings.tau_fraction * slo_s, **shared)
 
     @classmethod
     def from_params(cls, params: TimeoutParams, slo_s: float = 0.3, **kw: Any) -> BufferConfig:

@@ -33,7 +33,8 @@ from gnn_faas.functions.checkpoint import load_config as load_model_config
 from gnn_faas.functions.layer_plan import ModelPlan
 from gnn_faas.gateway import accept_clock
 from gnn_faas.gateway.admission import AdmissionController, Overloaded
-from gnn_faas.gateway.buffer_pool import ClosedBuffer, MultiBufferPool
+from gnn_faas.gateway.buffer_pool import BufferConfig, ClosedBuffer, MultiBufferPool
+from gnn_faas.gateway.function_pool import FunctionPool
 from gnn_faas.gateway.inference_request import (
     InferenceRequest,
     InferResponse,
@@ -41,7 +42,6 @@ from gnn_faas.gateway.inference_request import (
     model_signature,
     parse_infer_request,
 )
-from gnn_faas.gateway.function_pool import FunctionPool
 from gnn_faas.gateway.metrics import GatewayMetrics
 from gnn_faas.gateway.new_vertices import (
     NewVertexLimits,
@@ -179,7 +179,7 @@ class ModelRuntime:
             clients=ClientCache(),
         )
         b = serving.buffers
-        self.buffer_config = b.for_slo(m.slo_s)
+        self.buffer_config = BufferConfig.from_settings(b, m.slo_s)
         self.buffers: MultiBufferPool | None = None
         if m.mode != "request_centric":
             configurator = load_configurator(b.tree, graph=m.graph, config=self.buffer_config)

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from gnn_faas.errors import InvalidRequest
+
 
 @dataclass(frozen=True)
 class Block:
@@ -95,3 +97,34 @@ class ComputationGraph:
     def aggregated_rows(self) -> int:
         """(vertex, layer) pairs aggregated: the work a merged plan does once."""
         return int(sum(self.layer_sizes[1:]))
+
+
+# -- as frame tensors (/v1/graph, gnn_faas.wire) -----------------------------------
+def cg_tensors(cg: ComputationGraph) -> dict[str, np.ndarray]:
+    """A computation graph as frame tensors (int64): ``nodes``, ``layer_sizes``,
+    ``indptr``, ``indices``, ``target_index`` and, when fetched, ``in_degree``."""
+    t = {
+        "nodes": cg.nodes.astype(np.int64, copy=False),
+        "layer_sizes": np.asarray(cg.layer_sizes, dtype=np.int64),
+        "indptr": cg.indptr.astype(np.int64, copy=False),
+        "indices": cg.indices.astype(np.int64, copy=False),
+        "target_index": np.asarray(cg.target_index, dtype=np.int64),
+    }
+    if cg.in_degree is not None:
+        t["in_degree"] = cg.in_degree.astype(np.int64, copy=False)
+    return t
+
+
+def cg_from_tensors(t: dict[str, np.ndarray]) -> ComputationGraph:
+    """Inverse of :func:`cg_tensors` (what a client rebuilds from ``/v1/graph``)."""
+    try:
+        return ComputationGraph(
+            nodes=np.asarray(t["nodes"]),
+            layer_sizes=tuple(int(x) for x in t["layer_sizes"]),
+            indptr=np.asarray(t["indptr"]),
+            indices=np.asarray(t["indices"]),
+            target_index=np.asarray(t["target_index"]),
+            in_degree=None if "in_degree" not in t else np.asarray(t["in_degree"]),
+        )
+    except KeyError as exc:
+        raise InvalidRequest(f"computation graph frame lacks {exc}") from None

@@ -140,9 +140,9 @@ def calibrate(
     import requests
 
     from gnn_faas.bench.coldstart import tree_memory
-    from gnn_faas.stack import Stack
     from gnn_faas.cli.up import prepare
     from gnn_faas.config import ModelServingConfig, ServingConfig
+    from gnn_faas.stack import Stack
     from gnn_faas.storage.format import open_graph
     from gnn_faas.traces.request_stream import khop_sets, request_order
 

@@ -38,6 +38,7 @@ def setup_simulation(
     buffer configuration and timeout configurator for the graph."""
     from gnn_faas.config import BufferSettings
     from gnn_faas.errors import InvalidRequest
+    from gnn_faas.gateway.buffer_pool import BufferConfig
     from gnn_faas.gateway.function_pool import LoadAwarePolicy
     from gnn_faas.gateway.timeout_configurator import load_configurator
     from gnn_faas.traces.request_stream import build_stream
@@ -46,7 +47,7 @@ def setup_simulation(
     if trace.requests == 0:
         raise InvalidRequest(f"the {trace.name} trace window holds no arrivals")
     slo = slo_s or calibration.slo_s
-    bcfg = (buffer_settings or BufferSettings()).for_slo(slo)
+    bcfg = BufferConfig.from_settings(buffer_settings or BufferSettings(), slo)
     configurator = load_configurator(None, graph=graph.name, config=bcfg)
     stream = build_stream(graph, trace.arrivals, calibration.hops)
     return SimulationSetup(

@@ -10,9 +10,9 @@ from gnn_faas.functions.aggregate import aggregate
 from gnn_faas.functions.feature_cache import CachePolicy, FeatureCache, measure_peak
 from gnn_faas.functions.memory_app import execute_aggregate, parse_aggregate
 from gnn_faas.functions.peak_predictor import PeakPredictor, RequestShape, bundled_predictor_path
-from gnn_faas.wire import decode_frame, encode_frame
 from gnn_faas.storage.datasets import ensure_dataset
 from gnn_faas.storage.fetcher import KHopFetcher
+from gnn_faas.wire import decode_frame, encode_frame
 
 
 @pytest.fixture(scope="module")

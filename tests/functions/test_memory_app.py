@@ -7,9 +7,10 @@ import pytest
 
 from gnn_faas.functions.aggregate import aggregate, combine_partials, slice_rows
 from gnn_faas.functions.memory_app import MemoryFunctionConfig, create_memory_app
-from gnn_faas.wire import FRAME_MIME, cg_from_tensors, decode_frame, encode_frame
+from gnn_faas.storage.computation_graph import cg_from_tensors
 from gnn_faas.storage.datasets import ensure_dataset
 from gnn_faas.storage.fetcher import KHopFetcher
+from gnn_faas.wire import FRAME_MIME, decode_frame, encode_frame
 
 
 @pytest.fixture(scope="module")

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from gnn_faas.stack import Stack
 from gnn_faas.config import ServingConfig, from_dict
 from gnn_faas.functions.checkpoint import save_checkpoint
 from gnn_faas.functions.model_config import ModelConfig
 from gnn_faas.functions.precompute import precompute
 from gnn_faas.functions.pyg_models import build_model, csr_edge_index
 from gnn_faas.gateway.data_plane import DataPlane
+from gnn_faas.stack import Stack
 from gnn_faas.storage.datasets import ensure_dataset
 from gnn_faas.storage.embeddings import StaleEmbeddings
 from gnn_faas.storage.workload_metrics import compute_and_store

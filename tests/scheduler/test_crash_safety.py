@@ -167,8 +167,8 @@ def infer_ok(url: str) -> bool:
 
 @pytest.mark.slow
 def test_sigkill_of_the_gateway_worker_then_of_gnn_faas_up(up_config, tmp_path, monkeypatch):
-    from gnn_faas.stack import Stack
     from gnn_faas.health import probe_ready
+    from gnn_faas.stack import Stack
 
     env_dir = tmp_path / "run"
     monkeypatch.setenv("GNN_FAAS_RUN_DIR", str(env_dir))  # a registry away from others'

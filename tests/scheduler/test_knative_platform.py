@@ -23,9 +23,9 @@ import pytest
 import requests
 import yaml
 
-from gnn_faas.stack import Stack
 from gnn_faas.scheduler.platform.base import FunctionSpec
 from gnn_faas.scheduler.platform.local import LocalPlatform
+from gnn_faas.stack import Stack
 from gnn_faas.storage.datasets import ensure_dataset
 from gnn_faas.traces.replay import vertex_request
 from tests.charts.test_chart_install import sa_kubeconfig

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from gnn_faas.errors import InvalidRequest
-from gnn_faas.scheduler.sizing.function_memory import EDGE_BYTES, MIB
 from gnn_faas.scheduler.merge import merge_computation_graphs
 from gnn_faas.scheduler.partitioner import partition_layer, plan_partitions
+from gnn_faas.scheduler.sizing.function_memory import EDGE_BYTES, MIB
 from gnn_faas.storage.fetcher import KHopFetcher
 from gnn_faas.storage.format import open_graph
 from tests.scheduler.test_merge import request_stream, write_bitcoin_store

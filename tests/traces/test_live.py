@@ -30,10 +30,10 @@ import json
 import numpy as np
 import pytest
 
-from gnn_faas.stack import Stack
 from gnn_faas.functions.checkpoint import save_checkpoint
 from gnn_faas.functions.model_config import ModelConfig
 from gnn_faas.functions.pyg_models import build_model
+from gnn_faas.stack import Stack
 from gnn_faas.traces.calibration import Calibration
 from gnn_faas.traces.live import run_replay
 

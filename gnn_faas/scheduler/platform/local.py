@@ -70,9 +70,9 @@ import psutil
 from gnn_faas.clock import Clock
 from gnn_faas.errors import Unavailable
 from gnn_faas.health import probe_ready
+from gnn_faas.parent_death import die_with
 from gnn_faas.scheduler.platform.base import FunctionSpec, Instance
 from gnn_faas.scheduler.platform.managed import ManagedPlatform, Running
-from gnn_faas.parent_death import die_with
 
 log = logging.getLogger(__name__)
 
