@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 
 from gnn_faas.errors import InvalidRequest
-from gnn_faas.paths import var_dir
+from gnn_faas.paths import default_store, var_dir
 
 MODES = ("graph_sharing", "no_sharing", "request_centric")
 EMBEDDINGS = ("exact", "precomputed")
@@ -241,7 +241,7 @@ class ServingConfig:
         # ${VAR} in the store URI comes from the environment (the chart's Redis URL is a Secret)
         object.__setattr__(self, "store", os.path.expandvars(self.store))
         if not self.store:
-            object.__setattr__(self, "store", f"file://{var_dir() / 'store'}")
+            object.__setattr__(self, "store", default_store())
         names = [m.name for m in self.models]
         if len(set(names)) != len(names):
             raise InvalidRequest(f"duplicate model names in config: {names}")

@@ -115,17 +115,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
     import torch
 
-    from gnn_faas.cli.ingest import default_store
     from gnn_faas.errors import InvalidRequest
-    from gnn_faas.functions.checkpoint import save_checkpoint
+    from gnn_faas.functions.checkpoint import checkpoint_sha256, save_checkpoint
     from gnn_faas.functions.executor import LocalTransport, run_layers
     from gnn_faas.functions.model_config import ModelConfig
     from gnn_faas.functions.precompute import precompute
     from gnn_faas.functions.pyg_models import build_model, csr_edge_index
     from gnn_faas.functions.train import planetoid_split
     from gnn_faas.functions.update import UpdateModel
+    from gnn_faas.paths import default_store
     from gnn_faas.storage.datasets import ensure_dataset
-    from gnn_faas.storage.embeddings import EmbeddingStore, checkpoint_sha256
+    from gnn_faas.storage.embeddings import EmbeddingStore
     from gnn_faas.storage.fetcher import KHopFetcher
     from gnn_faas.storage.format import open_graph, write_graph
     from gnn_faas.storage.overlay import GraphOverlay

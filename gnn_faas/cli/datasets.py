@@ -68,7 +68,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from gnn_faas.cli.ingest import default_store
+    from gnn_faas.paths import default_store
     from gnn_faas.storage.datasets import prepare_dataset
 
     store = args.store or default_store()
@@ -111,7 +111,7 @@ def parse_metric_fanouts(text: str) -> list[int]:
 def _metrics(args: argparse.Namespace) -> int:
     import json
 
-    from gnn_faas.cli.ingest import default_store
+    from gnn_faas.paths import default_store
     from gnn_faas.storage.format import open_graph
     from gnn_faas.storage.workload_metrics import compute_and_store
 

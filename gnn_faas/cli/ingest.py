@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-
-def default_store() -> str:
-    """The embedded default store: ``file://./var/store`` (or ``$GNN_FAAS_VAR/store``)."""
-    from gnn_faas.paths import var_dir
-
-    return f"file://{var_dir() / 'store'}"
+from gnn_faas.paths import default_store
 
 
 def register(sub: argparse._SubParsersAction) -> None:

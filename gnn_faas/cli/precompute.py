@@ -33,9 +33,9 @@ def resolve_model(args: argparse.Namespace) -> tuple[str, str, str, str]:
     """``(checkpoint dir, store, graph, name)`` of ``--model``."""
     from pathlib import Path
 
-    from gnn_faas.cli.ingest import default_store
     from gnn_faas.config import load_config
     from gnn_faas.errors import InvalidRequest
+    from gnn_faas.paths import default_store
 
     path = Path(args.model)
     if (path / "config.json").is_file():

@@ -25,6 +25,7 @@ torch. Only :func:`save_checkpoint` and :func:`load_state` do, inside.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -35,6 +36,18 @@ from gnn_faas.functions.model_config import ModelConfig
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+
+
+def checkpoint_sha256(ckpt_dir: str | Path) -> str:
+    """sha256 over the checkpoint's ``config.json`` and ``model.safetensors``."""
+    h = hashlib.sha256()
+    for name in (CONFIG_FILE, WEIGHTS_FILE):
+        path = Path(ckpt_dir) / name
+        if not path.is_file():
+            raise NotFound(f"checkpoint {ckpt_dir}: no {name}")
+        h.update(name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
 
 
 def expected_shapes(config: ModelConfig) -> tuple[dict[str, tuple[int, ...]], set[str]]:

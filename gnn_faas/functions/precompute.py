@@ -15,10 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from gnn_faas.functions.aggregate import aggregate, slice_rows
+from gnn_faas.functions.checkpoint import checkpoint_sha256
 from gnn_faas.functions.layer_plan import ModelPlan
 from gnn_faas.functions.update import UpdateModel
 from gnn_faas.storage.computation_graph import Block
-from gnn_faas.storage.embeddings import checkpoint_sha256, write_embeddings
+from gnn_faas.storage.embeddings import write_embeddings
 from gnn_faas.storage.format import GraphHandle, self_loop_counts
 
 DEFAULT_CHUNK_ROWS = 65536

@@ -168,12 +168,12 @@ def _train(opts: TrainOptions) -> dict:
         cg_edge_index,
         full_batch_adjacency,
     )
-    from gnn_faas.paths import var_dir
+    from gnn_faas.paths import default_store, var_dir
     from gnn_faas.storage.datasets import ensure_dataset
     from gnn_faas.storage.fetcher import KHopFetcher
 
     t0 = time.perf_counter()
-    store = opts.store or f"file://{var_dir() / 'store'}"
+    store = opts.store or default_store()
     out = opts.out or str(var_dir() / "models" / f"{opts.dataset}-{opts.arch}")
     g = ensure_dataset(store, opts.dataset, opts.from_dir)
     indptr, indices, feats, labels = _graph_arrays(g)

@@ -29,6 +29,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from gnn_faas.clock import RealClock
 from gnn_faas.config import ModelServingConfig, ServingConfig
 from gnn_faas.errors import NotFound, Unavailable
+from gnn_faas.functions.checkpoint import checkpoint_sha256
 from gnn_faas.functions.checkpoint import load_config as load_model_config
 from gnn_faas.functions.layer_plan import ModelPlan
 from gnn_faas.gateway import accept_clock
@@ -55,7 +56,7 @@ from gnn_faas.scheduler.orchestrator import ClientCache, Orchestrator
 from gnn_faas.scheduler.platform import open_platform
 from gnn_faas.scheduler.platform.base import FunctionSpec
 from gnn_faas.storage.computation_graph import ComputationGraph
-from gnn_faas.storage.embeddings import EmbeddingStore, checkpoint_sha256
+from gnn_faas.storage.embeddings import EmbeddingStore
 from gnn_faas.storage.fetcher import FetchStats, KHopFetcher
 from gnn_faas.storage.format import open_graph
 from gnn_faas.storage.overlay import GraphOverlay

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -37,20 +36,6 @@ class StaleEmbeddings(GnnFaasError):
     """Precomputed embeddings that belong to another checkpoint or graph version."""
 
     http_status = 409
-
-
-def checkpoint_sha256(ckpt_dir: str | Path) -> str:
-    """sha256 over the checkpoint's ``config.json`` and ``model.safetensors``."""
-    from gnn_faas.functions.checkpoint import CONFIG_FILE, WEIGHTS_FILE
-
-    h = hashlib.sha256()
-    for name in (CONFIG_FILE, WEIGHTS_FILE):
-        path = Path(ckpt_dir) / name
-        if not path.is_file():
-            raise NotFound(f"checkpoint {ckpt_dir}: no {name}")
-        h.update(name.encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()
 
 
 def graph_fingerprint(graph: GraphHandle) -> dict[str, str]:

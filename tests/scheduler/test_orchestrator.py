@@ -196,9 +196,10 @@ class RealMemoryFunction:
 def test_new_vertices_and_srpe_through_the_orchestrator(tmp_path, name):
     """A new-vertex request's rows travel to the real memory function (new_x);
     precomputed serving reads the boundary's stored rows; both equal run_layers."""
+    from gnn_faas.functions.checkpoint import checkpoint_sha256
     from gnn_faas.functions.memory_app import MemoryFunction, MemoryFunctionConfig
     from gnn_faas.functions.precompute import precompute
-    from gnn_faas.storage.embeddings import EmbeddingStore, checkpoint_sha256
+    from gnn_faas.storage.embeddings import EmbeddingStore
     from gnn_faas.storage.overlay import GraphOverlay
     from gnn_faas.storage.srpe_graph import build_srpe_graph
     from tests.storage.test_overlay import new_request

@@ -10,10 +10,11 @@ import torch
 
 from gnn_faas.cli import main
 from gnn_faas.errors import InvalidRequest, NotFound
+from gnn_faas.functions.checkpoint import checkpoint_sha256
 from gnn_faas.functions.executor import LocalTransport, run_layers
 from gnn_faas.functions.precompute import precompute
 from gnn_faas.functions.pyg_models import csr_edge_index
-from gnn_faas.storage.embeddings import EmbeddingStore, StaleEmbeddings, checkpoint_sha256
+from gnn_faas.storage.embeddings import EmbeddingStore, StaleEmbeddings
 from gnn_faas.storage.fetcher import KHopFetcher
 from gnn_faas.storage.format import open_graph, write_graph
 from gnn_faas.storage.overlay import GraphOverlay
