@@ -1,35 +1,53 @@
-"""Run a whole gnn-faas stack as a user would, for the demo and the e2e benchmark.
+"""Bring a whole gnn-faas stack up as a user would (demo, benchmarks, calibration, tests).
 
-:class:`Stack` starts ``gnn-faas up`` as a subprocess on a free loopback port
-with a given config, waits until the gateway is ready (function instances
-warm), and stops it with SIGTERM (the gateway stops its instances).
-:func:`summarise` turns a replay into the figures the benchmark reports.
+:func:`prepare` makes sure every model's graph and checkpoint exist (what
+``gnn-faas up`` does before it serves). :class:`Stack` starts ``gnn-faas up`` as
+a subprocess on a free loopback port with a given config, waits until the
+gateway is ready (function instances warm), and stops it with SIGTERM (the
+gateway stops its instances).
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import requests
 import yaml
 
-from gnn_faas.errors import Unavailable
+from gnn_faas.config import ModelServingConfig, ServingConfig
+from gnn_faas.errors import NotFound, Unavailable
 from gnn_faas.health import probe_ready
-from gnn_faas.traces.replay import ReplayResult
+from gnn_faas.ports import free_port
+from gnn_faas.storage.datasets import ensure_dataset
+from gnn_faas.storage.format import open_graph
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def prepare(config, log=print) -> None:
+    """Make sure every model's graph and checkpoint exist (idempotent)."""
+    for m in config.models:
+        try:
+            open_graph(config.store, m.graph)
+        except NotFound:
+            if not m.dataset:
+                raise
+            log(f"preparing dataset {m.dataset!r} into {config.store}")
+            ensure_dataset(config.store, m.dataset)
+        ckpt = config.checkpoint_dir(m)
+        if not (Path(ckpt) / "config.json").is_file():
+            log(f"training {m.arch} for {m.name!r} into {ckpt} (first start only)")
+            cmd = [
+                sys.executable, "-m", "gnn_faas", "train",
+                "--dataset", m.dataset or m.graph, "--arch", m.arch,
+                "--layers", str(m.layers), "--hidden", str(m.hidden),
+                "--epochs", str(m.epochs), "--store", config.store, "--out", str(ckpt),
+            ]  # fmt: skip
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
 
 class Stack:
@@ -88,45 +106,10 @@ class Stack:
         self._dir.cleanup()
 
 
-def summarise(result: ReplayResult, slo_s: float, metering: dict) -> dict:
-    """Latency, SLO, sharing and resource figures of one replay.
-
-    ``sharing_degree``: mean over the closed buffers the replayed requests were
-    in; ``aggregated_rows_per_request``: rows aggregated (each buffer's once)
-    over requests; GB-s and vCPU-s: metered between the first request and the
-    last response, over requests.
-    """
-    out = result.summary(slo_s)
-    executions: dict = {}  # each execution's rows count once, however many it served
-    buffers: dict = {}
-    for p in result.parameters:
-        executions[p.get("execution")] = p.get("aggregated_rows", 0)
-        if "buffer_id" in p:
-            buffers[(p["buffer_id"], p.get("closed_at"))] = p.get("sharing_degree", 0.0)
-    n = max(result.ok, 1)
-    sharing = float(np.mean(list(buffers.values()))) if buffers else 0.0
-    rows = sum(executions.values())
-    out.update(
-        sharing_degree=sharing,
-        buffers=len(buffers),
-        aggregated_rows_per_request=rows / n,
-        gb_s_per_request=metering["allocated_gb_s"] / n,
-        vcpu_s_per_request=metering["vcpu_s"] / n,
-        busy_gb_s_per_request=metering.get("busy_gb_s", 0.0) / n,
-        cold_starts=int(metering.get("cold_starts", 0)),
-        instances=int(metering.get("instances", 0)),
-    )
-    return out
-
-
 def prepared_model(store: str | None, graph: str, arch: str, slo_s: float):
     """``(base config, graph handle, checkpoint dir)`` of one model named after
     its graph, with its dataset and checkpoint prepared as ``gnn-faas up`` does
     (the benchmarks that bring a stack up start from this)."""
-    from gnn_faas.cli.up import prepare
-    from gnn_faas.config import ModelServingConfig, ServingConfig
-    from gnn_faas.storage.format import open_graph
-
     model = ModelServingConfig(name=graph, graph=graph, dataset=graph, arch=arch, slo_s=slo_s)
     base = ServingConfig(store=store or "", models=(model,))
     prepare(base)

@@ -1,4 +1,5 @@
-"""Resident memory of every process of a running stack (gateway and function instances).
+"""Resident memory of every process of a running stack (gateway and function instances),
+and of one process tree (:func:`tree_memory`).
 
 Processes are found by the PIDs the stack itself reports: the ``gnn-faas up``
 process (gunicorn master) and its worker, and each function instance's PID
@@ -57,3 +58,24 @@ def by_role(rss: dict[str, float]) -> dict[str, float]:
         elif "-compute-" in label:
             roles["compute"] += mib
     return roles
+
+
+def tree_memory(pid: int) -> tuple[int, int, int]:
+    """``(rss, pss)`` bytes summed over a process and its descendants, and the
+    largest RSS of one descendant (the worker)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0, 0, 0
+    rss = pss = worker = 0
+    for p in procs:
+        try:
+            info = p.memory_full_info()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        rss += info.rss
+        pss += getattr(info, "pss", info.rss)
+        if p.pid != pid:
+            worker = max(worker, info.rss)
+    return rss, pss, worker

@@ -19,16 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from gnn_faas.ports import free_port
+
 LOOPBACK = "127.0.0.1"
 START_TIMEOUT = 60.0  # seconds a server may take to answer (CI machines can be loaded)
 START_ATTEMPTS = 3  # a fresh port each time: another process may grab ours first
-
-
-def free_port() -> int:
-    """A TCP port free on the loopback interface right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
 
 
 def _redis_pings(port: int) -> bool:

@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import time
 from pathlib import Path
 
@@ -23,18 +22,13 @@ import pytest
 import requests
 import yaml
 
+from gnn_faas.ports import free_port
 from gnn_faas.storage.datasets import ensure_dataset
 from tests.docker_engine import readable_dir
 
 pytestmark = pytest.mark.slow
 KINDS = ("memory", "compute", "gateway")
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

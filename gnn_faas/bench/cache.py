@@ -43,7 +43,16 @@ rate), ``cache_rows``, ``seconds`` and the settings.
 from __future__ import annotations
 
 import argparse
+import resource
+import time
 from typing import Any
+
+import numpy as np
+
+from gnn_faas.errors import InvalidRequest
+from gnn_faas.functions.feature_cache import CachePolicy, FeatureCache
+from gnn_faas.storage.fetcher import KHopFetcher
+from gnn_faas.storage.format import open_graph
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -98,8 +107,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def parse_fanouts(text: str | None, hops: int) -> list[int] | None:
-    from gnn_faas.errors import InvalidRequest
-
     if text is None or text in ("", "full"):
         return None
     try:
@@ -114,14 +121,6 @@ def parse_fanouts(text: str | None, hops: int) -> list[int] | None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    import time
-
-    import numpy as np
-
-    from gnn_faas.errors import InvalidRequest
-    from gnn_faas.storage.fetcher import KHopFetcher
-    from gnn_faas.storage.format import open_graph
-
     if not 0 < args.cache_fraction <= 1:
         raise InvalidRequest("--cache-fraction must be in (0, 1]")
     if args.requests < 1 or args.batch < 1 or args.hops < 1:
@@ -239,13 +238,6 @@ def replay(
     args, graph, fetcher, lookups_by_request, prior: str, score, rows: int, refresh=None
 ) -> dict:
     """One prior's replay: the adaptive cache and the static top-``score`` cache."""
-    import resource
-    import time
-
-    import numpy as np
-
-    from gnn_faas.functions.feature_cache import CachePolicy, FeatureCache
-
     n = graph.num_nodes
     dim = int(np.prod(graph.info("features").shape[1:], dtype=np.int64))
     defaults = CachePolicy()

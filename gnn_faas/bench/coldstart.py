@@ -23,7 +23,16 @@ GCN checkpoint for it.
 from __future__ import annotations
 
 import argparse
+import statistics
+import tempfile
 from typing import Any
+
+from gnn_faas.bench import coldstart_docker
+from gnn_faas.bench.instance_start import cold_start, default_model
+from gnn_faas.errors import InvalidRequest
+from gnn_faas.ports import free_port
+from gnn_faas.storage.datasets import ensure_dataset
+from gnn_faas.storage.format import open_graph
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,132 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def gnn_faas_command() -> list[str]:
-    """How the platform runs ``gnn-faas``: the console script beside this Python."""
-    import shutil
-    import sys
-    from pathlib import Path
-
-    script = Path(sys.executable).with_name("gnn-faas")
-    if script.is_file():
-        return [str(script)]
-    found = shutil.which("gnn-faas")
-    if found:
-        return [found]
-    return [sys.executable, "-c", "import sys; from gnn_faas.cli import main; sys.exit(main())"]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def tree_memory(pid: int) -> tuple[int, int, int]:
-    """``(rss, pss)`` bytes summed over a process and its descendants, and the
-    largest RSS of one descendant (the worker)."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0, 0, 0
-    rss = pss = worker = 0
-    for p in procs:
-        try:
-            info = p.memory_full_info()
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-        rss += info.rss
-        pss += getattr(info, "pss", info.rss)
-        if p.pid != pid:
-            worker = max(worker, info.rss)
-    return rss, pss, worker
-
-
-def cold_start(argv: list[str], port: int, timeout: float) -> dict[str, float]:
-    """Start ``gnn-faas`` with ``argv``, wait for ready, measure, stop."""
-    import signal
-    import subprocess
-    import time
-
-    from gnn_faas.errors import Unavailable
-    from gnn_faas.health import probe_ready
-
-    url = f"http://127.0.0.1:{port}"
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [*gnn_faas_command(), *argv, "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        ready = None
-        while time.perf_counter() - t0 < timeout:
-            if proc.poll() is not None:
-                err = proc.stderr.read().decode(errors="replace").strip().splitlines()
-                raise Unavailable(f"instance exited with {proc.returncode}: {err[-1:] or ''}")
-            if probe_ready(url, timeout=1.0):
-                ready = time.perf_counter() - t0
-                break
-            time.sleep(0.005)
-        if ready is None:
-            raise Unavailable(f"instance not ready after {timeout} s")
-        time.sleep(0.5)  # let the worker settle: idle memory, not the start's transients
-        rss, pss, worker = tree_memory(proc.pid)
-        t1 = time.perf_counter()
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
-        return {
-            "ready_s": ready,
-            "rss": rss,
-            "pss": pss,
-            "worker_rss": worker,
-            "stop_s": time.perf_counter() - t1,
-        }
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stderr:
-            proc.stderr.close()
-
-
-def default_model(out_dir: str, store: str, graph_name: str) -> str:
-    """A seeded, untrained 2-layer GCN checkpoint for ``graph_name``."""
-    from gnn_faas.functions.checkpoint import save_checkpoint
-    from gnn_faas.functions.model_config import ModelConfig
-    from gnn_faas.functions.pyg_models import build_model
-    from gnn_faas.storage.format import open_graph
-
-    g = open_graph(store, graph_name)
-    classes = max(2, int(g.manifest.num_classes))
-    cfg = ModelConfig(
-        arch="gcn",
-        in_dim=int(g.manifest.feature_dim),
-        hidden_dim=16,
-        out_dim=classes,
-        num_layers=2,
-        graph=graph_name,
-        num_classes=classes,
-    )
-    model = build_model(cfg, seed=0)
-    save_checkpoint(out_dir, cfg, model.state_dict())
-    return out_dir
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    import statistics
-    import tempfile
-
-    from gnn_faas.errors import InvalidRequest
-
     if args.platform == "docker":
-        from gnn_faas.bench import coldstart_docker
-
         return coldstart_docker.run(args)
     args.runs = 3 if args.runs is None else args.runs
     if args.runs < 1:
@@ -175,8 +60,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="gnn-faas-coldstart-") as tmp:
         store = args.store
         if store is None:
-            from gnn_faas.storage.datasets import ensure_dataset
-
             store = f"file://{tmp}/store"
             ensure_dataset(store, args.graph)
         model = args.model or default_model(f"{tmp}/model", store, args.graph)
@@ -184,8 +67,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "memory": ["serve", "memory", "--store", store, "--graph", args.graph],
             "compute": ["serve", "compute", "--model", model],
         }
-        from gnn_faas.storage.format import open_graph
-
         g = open_graph(store, args.graph)
         out: dict[str, Any] = {
             "runs": args.runs,

@@ -26,8 +26,17 @@ container ready < 4 s. The instances get ``--memory-mb``-free defaults: memory
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import tempfile
 from typing import Any
+
+from gnn_faas.bench.instance_start import cold_start, default_model
+from gnn_faas.errors import InvalidRequest
+from gnn_faas.ports import free_port
+from gnn_faas.scheduler.platform import FunctionSpec
+from gnn_faas.scheduler.platform.docker import DockerPlatform
+from gnn_faas.storage.datasets import ensure_dataset
 
 MEMORY_MB = {"memory": 512, "compute": 1024}
 
@@ -43,9 +52,6 @@ def container_memory_mib(container) -> float:
 
 
 def run_docker(args: argparse.Namespace, store: str, model: str) -> dict[str, Any]:
-    from gnn_faas.scheduler.platform import FunctionSpec
-    from gnn_faas.scheduler.platform.docker import DockerPlatform
-
     runs = args.runs or 5
     platform = DockerPlatform(reaper_interval_s=None, start_timeout_s=args.timeout)
     out: dict[str, Any] = {}
@@ -86,8 +92,6 @@ def image_mb(platform, tag: str) -> float | None:
 
 
 def run_local(args: argparse.Namespace, store: str, model: str) -> dict[str, Any]:
-    from gnn_faas.bench.coldstart import cold_start, free_port
-
     runs = args.runs or 5
     roles = {
         "memory": ["serve", "memory", "--store", store, "--graph", args.graph],
@@ -105,20 +109,12 @@ def run_local(args: argparse.Namespace, store: str, model: str) -> dict[str, Any
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    import os
-    import tempfile
-
-    from gnn_faas.bench.coldstart import default_model
-    from gnn_faas.errors import InvalidRequest
-
     if args.runs is not None and args.runs < 1:
         raise InvalidRequest("--runs must be >= 1")
     with tempfile.TemporaryDirectory(prefix="gnn-faas-coldstart-") as tmp:
         os.chmod(tmp, 0o755)  # the containers' user reads the store and the model
         store = args.store
         if store is None:
-            from gnn_faas.storage.datasets import ensure_dataset
-
             store = f"file://{tmp}/store"
             ensure_dataset(store, args.graph)
         model = args.model or default_model(f"{tmp}/model", store, args.graph)

@@ -33,6 +33,14 @@ from pathlib import Path
 import numpy as np
 
 from gnn_faas.errors import InvalidRequest
+from gnn_faas.scheduler.sizing.function_memory import round_memory_mb
+from gnn_faas.stack import Stack, prepared_model
+from gnn_faas.storage.fetcher import KHopFetcher
+from gnn_faas.storage.format import open_graph
+from gnn_faas.traces.cost import load_prices
+from gnn_faas.traces.live import replay_live, write_live
+from gnn_faas.traces.replay import ReplayResult, replay
+from gnn_faas.traces.twitter import arrivals
 
 MODES = {"gnn_faas": "graph_sharing", "request_centric": "request_centric",
          "no_sharing": "no_sharing"}  # fmt: skip
@@ -57,10 +65,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def largest_request_mb(store: str, graph: str, targets: np.ndarray, layers: int, dim: int) -> int:
     """Memory function size for the largest request (FaaS-GNN's baseline sizing)."""
-    from gnn_faas.scheduler.sizing.function_memory import round_memory_mb
-    from gnn_faas.storage.fetcher import KHopFetcher
-    from gnn_faas.storage.format import open_graph
-
     fetcher = KHopFetcher(open_graph(store, graph))
     worst = 0
     for t in np.unique(targets):
@@ -70,13 +74,38 @@ def largest_request_mb(store: str, graph: str, targets: np.ndarray, layers: int,
     return round_memory_mb(96 * 2**20 + worst)
 
 
-def run(args: argparse.Namespace) -> dict:
-    from gnn_faas.stack import Stack, prepared_model, summarise
-    from gnn_faas.traces.cost import load_prices
-    from gnn_faas.traces.live import replay_live, write_live
-    from gnn_faas.traces.replay import replay
-    from gnn_faas.traces.twitter import arrivals
+def summarise(result: ReplayResult, slo_s: float, metering: dict) -> dict:
+    """Latency, SLO, sharing and resource figures of one replay.
 
+    ``sharing_degree``: mean over the closed buffers the replayed requests were
+    in; ``aggregated_rows_per_request``: rows aggregated (each buffer's once)
+    over requests; GB-s and vCPU-s: metered between the first request and the
+    last response, over requests.
+    """
+    out = result.summary(slo_s)
+    executions: dict = {}  # each execution's rows count once, however many it served
+    buffers: dict = {}
+    for p in result.parameters:
+        executions[p.get("execution")] = p.get("aggregated_rows", 0)
+        if "buffer_id" in p:
+            buffers[(p["buffer_id"], p.get("closed_at"))] = p.get("sharing_degree", 0.0)
+    n = max(result.ok, 1)
+    sharing = float(np.mean(list(buffers.values()))) if buffers else 0.0
+    rows = sum(executions.values())
+    out.update(
+        sharing_degree=sharing,
+        buffers=len(buffers),
+        aggregated_rows_per_request=rows / n,
+        gb_s_per_request=metering["allocated_gb_s"] / n,
+        vcpu_s_per_request=metering["vcpu_s"] / n,
+        busy_gb_s_per_request=metering.get("busy_gb_s", 0.0) / n,
+        cold_starts=int(metering.get("cold_starts", 0)),
+        instances=int(metering.get("instances", 0)),
+    )
+    return out
+
+
+def run(args: argparse.Namespace) -> dict:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in MODES]
     if bad:

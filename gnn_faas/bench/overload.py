@@ -27,6 +27,11 @@ import time
 
 import numpy as np
 
+from gnn_faas.bench.open_loop import poisson_arrivals, run_open_loop
+from gnn_faas.errors import InvalidRequest
+from gnn_faas.stack import Stack, prepared_model
+from gnn_faas.stack_memory import by_role, stack_rss
+
 DEFAULT_RATES = "1,10,40,100,200,400"
 
 
@@ -80,11 +85,6 @@ def model_totals(status: dict, model: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from gnn_faas.bench.open_loop import poisson_arrivals, run_open_loop
-    from gnn_faas.errors import InvalidRequest
-    from gnn_faas.stack import Stack, prepared_model
-    from gnn_faas.stack_memory import by_role, stack_rss
-
     try:
         rates = [float(r) for r in args.rates.split(",") if r.strip()]
     except ValueError:

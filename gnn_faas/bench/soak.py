@@ -21,6 +21,12 @@ import time
 
 import numpy as np
 
+from gnn_faas.bench.open_loop import LoadResult, poisson_arrivals, run_open_loop
+from gnn_faas.bench.overload import request_targets
+from gnn_faas.errors import InvalidRequest
+from gnn_faas.stack import Stack, prepared_model
+from gnn_faas.stack_memory import stack_rss
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--graph", default="bitcoin-otc", help="graph (and dataset) name")
@@ -54,12 +60,6 @@ def rss_trend(t_min: np.ndarray, mib: np.ndarray) -> dict:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from gnn_faas.bench.open_loop import LoadResult, poisson_arrivals, run_open_loop
-    from gnn_faas.bench.overload import request_targets
-    from gnn_faas.errors import InvalidRequest
-    from gnn_faas.stack import Stack, prepared_model
-    from gnn_faas.stack_memory import stack_rss
-
     if args.rate <= 0 or args.minutes <= 0 or args.sample_seconds <= 0:
         raise InvalidRequest("--rate, --minutes and --sample-seconds must be > 0")
     base, graph, ckpt = prepared_model(args.store, args.graph, args.arch, args.slo)

@@ -27,9 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _demo(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from gnn_faas.cli.up import prepare
+    from gnn_faas.bench.e2e import summarise
     from gnn_faas.config import ServingConfig
-    from gnn_faas.stack import Stack, summarise
+    from gnn_faas.stack import Stack, prepare
     from gnn_faas.storage.format import open_graph
     from gnn_faas.traces.replay import replay
     from gnn_faas.traces.twitter import arrivals

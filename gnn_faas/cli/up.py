@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-from pathlib import Path
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -46,32 +44,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(handler=_status)
 
 
-def prepare(config, log=print) -> None:
-    """Make sure every model's graph and checkpoint exist (idempotent)."""
-    from gnn_faas.errors import NotFound
-    from gnn_faas.storage.datasets import ensure_dataset
-    from gnn_faas.storage.format import open_graph
-
-    for m in config.models:
-        try:
-            open_graph(config.store, m.graph)
-        except NotFound:
-            if not m.dataset:
-                raise
-            log(f"preparing dataset {m.dataset!r} into {config.store}")
-            ensure_dataset(config.store, m.dataset)
-        ckpt = config.checkpoint_dir(m)
-        if not (Path(ckpt) / "config.json").is_file():
-            log(f"training {m.arch} for {m.name!r} into {ckpt} (first start only)")
-            cmd = [
-                sys.executable, "-m", "gnn_faas", "train",
-                "--dataset", m.dataset or m.graph, "--arch", m.arch,
-                "--layers", str(m.layers), "--hidden", str(m.hidden),
-                "--epochs", str(m.epochs), "--store", config.store, "--out", str(ckpt),
-            ]  # fmt: skip
-            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-
-
 def check_platform(config) -> None:
     """An unknown platform kind is a clear error before anything starts."""
     from gnn_faas.errors import InvalidRequest
@@ -89,6 +61,7 @@ def _up(args: argparse.Namespace) -> int:
     from gnn_faas.config import load_config
     from gnn_faas.functions.gunicorn_runner import ServerConfig, serve
     from gnn_faas.logs import configure_logging
+    from gnn_faas.stack import prepare
 
     configure_logging(args.log_level)
     config = load_config(args.config)

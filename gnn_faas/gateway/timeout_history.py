@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from gnn_faas.clock import FakeClock
+from gnn_faas.errors import InvalidRequest
 from gnn_faas.gateway.buffer import FEATURES, Buffer, ClosedBuffer, PendingRequest
 from gnn_faas.gateway.buffer_pool import BufferConfig, BufferPoolState, closed_gain
 from gnn_faas.gateway.timeout_configurator import (
@@ -39,6 +40,7 @@ from gnn_faas.gateway.timeout_configurator import (
     FixedTimeoutConfigurator,
     TimeoutConfigurator,
 )
+from gnn_faas.storage.fetcher import KHopFetcher
 
 # Completion may equal arrival + SLO up to float rounding of the sums involved.
 SLO_TOLERANCE_S = 1e-9
@@ -398,9 +400,6 @@ def trace_request_stream(
     (``request_order.bin``), one per arrival: arrival ``i`` asks for vertex
     ``request_order[(offset + i) % k]``. Sets are fetched on demand with the
     :class:`~gnn_faas.storage.fetcher.KHopFetcher`, once per distinct vertex."""
-    from gnn_faas.errors import InvalidRequest
-    from gnn_faas.storage.fetcher import KHopFetcher
-
     if not graph.has("request_order"):
         raise InvalidRequest(
             f"graph {graph.name!r} has no request order (request_order.bin): "

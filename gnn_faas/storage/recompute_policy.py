@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gnn_faas.errors import InvalidRequest
+from gnn_faas.storage.fetcher import splitmix64
 
 POLICIES = ("query_edge_ratio", "random", "importance")
 
@@ -63,8 +64,6 @@ def select_recomputed(
     elif policy == "importance":
         key = -scores.importance
     else:
-        from gnn_faas.storage.fetcher import splitmix64
-
         with np.errstate(over="ignore"):
             key = splitmix64(np.uint64(seed) ^ scores.ids.astype(np.uint64)).astype(np.float64)
     order = np.lexsort((scores.ids, key))

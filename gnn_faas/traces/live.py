@@ -25,8 +25,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import requests
 
 from gnn_faas.errors import InvalidRequest
+from gnn_faas.traces import plots
+from gnn_faas.traces.calibration import Calibration
+from gnn_faas.traces.cost import dollars, load_prices
+from gnn_faas.traces.measure_calibration import replay_executions, share_of
+from gnn_faas.traces.replay import StatusSampler, replay
+from gnn_faas.traces.request_stream import khop_sets, map_targets, request_order
+from gnn_faas.traces.run import open_prepared_graph, setup_simulation
+from gnn_faas.traces.rundir import write_requests, write_timeline
+from gnn_faas.traces.simulator import parse_policies, simulate
+from gnn_faas.traces.sources import load_trace
 from gnn_faas.traces.timeline import counts_per_second, in_flight
 
 # the live gateway's mode -> the simulator policy that models it
@@ -35,8 +46,6 @@ MODE_POLICY = {"graph_sharing": "gnn_faas", "no_sharing": "faas_gnn",
 
 
 def model_metadata(url: str, model: str) -> dict:
-    import requests
-
     try:
         r = requests.get(f"{url.rstrip('/')}/v2/models/{model}", timeout=10)
     except requests.RequestException as exc:
@@ -85,8 +94,6 @@ def live_dollars(result: Any, status: dict, prices: dict, requests_n: int) -> di
     (``aggregate_ms``) and one compute invocation billed its ``update_ms``, as
     the simulator bills its two pools; where the gateway did not report them,
     each is billed the execution's seconds (latency minus buffer wait)."""
-    from gnn_faas.traces.cost import dollars
-
     sizes: dict[str, tuple[float, float]] = {}
     for inst in status.get("instances", []):
         sizes[inst["spec"]["kind"]] = (inst["spec"]["memory_mb"], inst["spec"]["vcpus"])
@@ -143,10 +150,6 @@ def replay_live(
     The first ``warmup_s`` seconds are replayed but not measured: the summary,
     the metering window and the run directory start at the end of the warm-up
     (times shifted so it is 0)."""
-    import requests
-
-    from gnn_faas.traces.replay import StatusSampler, replay
-
     url = url.rstrip("/")
     t_start = time.monotonic()
     with StatusSampler(url, t_start) as sampler:
@@ -193,9 +196,6 @@ def replay_live(
 
 def write_live(out: Path, run: LiveRun, duration_s: float, sim_runs: dict | None = None) -> None:
     """``requests.csv``, ``timeline.csv``, ``summary.json`` and the plots."""
-    from gnn_faas.traces import plots
-    from gnn_faas.traces.rundir import write_requests, write_timeline
-
     result, summary = run.result, run.summary
     out.mkdir(parents=True, exist_ok=True)
     end = np.nanmax(result.send + result.latency) if result.send.size else 0.0
@@ -223,11 +223,6 @@ def write_live(out: Path, run: LiveRun, duration_s: float, sim_runs: dict | None
 
 
 def run_replay(trace_name: str, args: argparse.Namespace) -> dict:
-    from gnn_faas.traces.cost import load_prices
-    from gnn_faas.traces.request_stream import map_targets, request_order
-    from gnn_faas.traces.run import open_prepared_graph
-    from gnn_faas.traces.sources import load_trace
-
     url = args.url.rstrip("/")
     meta = model_metadata(url, args.model)
     params = meta.get("parameters", {})
@@ -261,9 +256,6 @@ def warmup_calibration(cal: Any, graph: Any, full: Any, targets: np.ndarray,
     executions of the warm-up's second half (its first half holds the stack's
     start-up), so the prediction runs at the speed the machine has now; the
     measured window is held out of the fit."""
-    from gnn_faas.traces.measure_calibration import replay_executions, share_of
-    from gnn_faas.traces.request_stream import khop_sets
-
     mask = (full.arrival >= warmup_s / 2) & (full.arrival < warmup_s)
     ok = mask & (full.status == 200)
     sets = khop_sets(graph, np.unique(targets[ok]), cal.hops)
@@ -281,10 +273,6 @@ def predict(trace, graph, args, slo, prices, mode, warm=None) -> tuple[dict, dic
     """The simulator on the same window: the policy modelling the live mode
     first (``prediction``), then the rest for the cost comparison. ``warm``:
     ``(whole replay, targets)`` to refit the profile on the warm-up first."""
-    from gnn_faas.traces.calibration import Calibration
-    from gnn_faas.traces.run import setup_simulation
-    from gnn_faas.traces.simulator import parse_policies, simulate
-
     cal = (
         Calibration.load(args.calibration) if args.calibration else Calibration.bundled(graph.name)
     )

@@ -29,16 +29,21 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+import requests
 
+from gnn_faas.config import ModelServingConfig, ServingConfig
 from gnn_faas.errors import InvalidRequest
+from gnn_faas.stack import Stack, prepare
+from gnn_faas.stack_memory import tree_memory
+from gnn_faas.storage.format import open_graph
 from gnn_faas.traces.calibration import Calibration, fit_linear
+from gnn_faas.traces.replay import vertex_request
+from gnn_faas.traces.request_stream import khop_sets, request_order
 
 BURSTS = (2, 4, 8, 16, 32)
 
 
 def _post(session, url: str, model: str, target: int) -> dict:
-    from gnn_faas.traces.replay import vertex_request
-
     r = session.post(f"{url}/v2/models/{model}/infer", json=vertex_request([target]), timeout=60)
     if r.status_code != 200:
         raise InvalidRequest(f"calibration request failed: {r.status_code} {r.text[:200]}")
@@ -108,8 +113,6 @@ def replay_executions(result: Any, targets: np.ndarray, sets: Any, mask: np.ndar
 
 def full_fetch_seconds(store: str, graph_name: str, repeats: int = 3) -> tuple[float, float]:
     """``(seconds, MiB)``: median time to read every blob of the graph from the store."""
-    from gnn_faas.storage.format import open_graph
-
     times, size = [], 0
     for _ in range(repeats):
         g = open_graph(store, graph_name)
@@ -137,15 +140,6 @@ def calibrate(
     trace_s: float = 20.0,
     log=print,
 ) -> Calibration:
-    import requests
-
-    from gnn_faas.bench.coldstart import tree_memory
-    from gnn_faas.cli.up import prepare
-    from gnn_faas.config import ModelServingConfig, ServingConfig
-    from gnn_faas.stack import Stack
-    from gnn_faas.storage.format import open_graph
-    from gnn_faas.traces.request_stream import khop_sets, request_order
-
     base = ServingConfig(
         store=store,
         models=(ModelServingConfig(name=graph, graph=graph, dataset=graph, slo_s=slo_s),),

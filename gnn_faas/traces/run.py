@@ -4,19 +4,30 @@ summarise (and write a run directory with CSVs, JSON and plots)."""
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from gnn_faas.config import BufferSettings, ModelServingConfig, ServingConfig
+from gnn_faas.errors import InvalidRequest, NotFound
+from gnn_faas.gateway.buffer_pool import BufferConfig
+from gnn_faas.gateway.function_pool import LoadAwarePolicy
+from gnn_faas.gateway.timeout_configurator import load_configurator
+from gnn_faas.storage.datasets import ensure_dataset
+from gnn_faas.storage.format import open_graph
+from gnn_faas.traces import plots
+from gnn_faas.traces.calibration import Calibration
+from gnn_faas.traces.cost import load_prices
+from gnn_faas.traces.request_stream import build_stream
+from gnn_faas.traces.rundir import write_timeline
+from gnn_faas.traces.simulator import SimulationSetup, parse_policies, simulate
+from gnn_faas.traces.sources import load_trace
+
 
 def open_prepared_graph(graph: str, store: str | None) -> tuple[Any, str]:
-    from gnn_faas.config import ModelServingConfig, ServingConfig
-    from gnn_faas.errors import NotFound
-    from gnn_faas.storage.datasets import ensure_dataset
-    from gnn_faas.storage.format import open_graph
-
     cfg = ServingConfig(store=store or "", models=(ModelServingConfig(name=graph, graph=graph),))
     try:
         return open_graph(cfg.store, graph), cfg.store
@@ -36,14 +47,6 @@ def setup_simulation(
 ) -> Any:
     """The policies' shared setup: the stream with k-hop sets and the gateway's
     buffer configuration and timeout configurator for the graph."""
-    from gnn_faas.config import BufferSettings
-    from gnn_faas.errors import InvalidRequest
-    from gnn_faas.gateway.buffer_pool import BufferConfig
-    from gnn_faas.gateway.function_pool import LoadAwarePolicy
-    from gnn_faas.gateway.timeout_configurator import load_configurator
-    from gnn_faas.traces.request_stream import build_stream
-    from gnn_faas.traces.simulator import SimulationSetup
-
     if trace.requests == 0:
         raise InvalidRequest(f"the {trace.name} trace window holds no arrivals")
     slo = slo_s or calibration.slo_s
@@ -78,11 +81,6 @@ def progress_bar(total: int, enabled: bool, desc: str):
 
 
 def simulate_trace(trace_name: str, args: argparse.Namespace) -> dict:
-    from gnn_faas.traces.calibration import Calibration
-    from gnn_faas.traces.cost import load_prices
-    from gnn_faas.traces.simulator import parse_policies, simulate
-    from gnn_faas.traces.sources import load_trace
-
     t0 = time.perf_counter()
     policies = parse_policies(args.policies)
     prices = load_prices(args.prices)
@@ -116,11 +114,6 @@ def simulate_trace(trace_name: str, args: argparse.Namespace) -> dict:
 
 
 def write_simulation(out: Path, result: dict, runs: dict) -> None:
-    import json
-
-    from gnn_faas.traces import plots
-    from gnn_faas.traces.rundir import write_timeline
-
     out.mkdir(parents=True, exist_ok=True)
     timelines = {}
     for name, run in runs.items():

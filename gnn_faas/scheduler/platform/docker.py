@@ -63,6 +63,7 @@ import psutil
 from gnn_faas.clock import Clock
 from gnn_faas.errors import InvalidRequest, MissingExtra, NotFound, Unavailable
 from gnn_faas.health import probe_ready
+from gnn_faas.ports import free_port
 from gnn_faas.scheduler.platform.base import FunctionSpec, Instance
 from gnn_faas.scheduler.platform.managed import ManagedPlatform, Running
 
@@ -109,12 +110,6 @@ def owner_alive(labels: dict[str, str]) -> bool | None:
     except ValueError:
         return False
     return _process_start(pid) == labels.get(f"{LABEL}.owner-start", "")
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def bind_sources(spec: FunctionSpec) -> list[str]:
