@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gnn_faas.errors import InvalidRequest
 from gnn_faas.functions.aggregate import aggregate, slice_rows
 from gnn_faas.functions.checkpoint import checkpoint_sha256
 from gnn_faas.functions.layer_plan import ModelPlan
@@ -66,8 +67,6 @@ def precompute(
     graph: GraphHandle, ckpt_dir: str | Path, name: str, device: str | None = "cpu"
 ) -> dict:
     """Compute and store the embeddings of checkpoint ``ckpt_dir`` under model ``name``."""
-    from gnn_faas.errors import InvalidRequest
-
     model = UpdateModel.load(ckpt_dir, device)
     if model.config.in_dim != graph.manifest.feature_dim:
         raise InvalidRequest(

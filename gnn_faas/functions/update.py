@@ -27,6 +27,7 @@ import torch
 
 from gnn_faas.errors import InvalidRequest
 from gnn_faas.functions.checkpoint import check_shapes, load_config, load_state
+from gnn_faas.functions.device import select_device
 from gnn_faas.functions.layer_plan import LayerStep, ModelPlan
 from gnn_faas.functions.model_config import ModelConfig
 
@@ -78,8 +79,6 @@ class UpdateModel:
     def load(cls, ckpt_dir: str | os.PathLike, device: str | None = None) -> UpdateModel:
         """Load a checkpoint directory onto ``device`` (``auto``/``None``: CUDA if
         visible, else CPU; see :mod:`gnn_faas.functions.device`)."""
-        from gnn_faas.functions.device import select_device
-
         return cls(load_config(ckpt_dir), load_state(ckpt_dir), select_device(device))
 
     # -- helpers ---------------------------------------------------------------

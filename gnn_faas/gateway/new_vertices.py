@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from gnn_faas.errors import InvalidRequest, PayloadTooLarge
+from gnn_faas.gateway.inference_request import RawInferRequest
 from gnn_faas.storage.overlay import GraphOverlay
 
 NEW_VERTEX_INPUTS = ("features", "edges")
@@ -59,8 +60,6 @@ def split_new_vertex_inputs(body: Any) -> tuple[Any, dict[str, dict[str, Any]]]:
     JSON object with an ``inputs`` list is returned as it is (the OIP parser
     reports what is wrong with it).
     """
-    from gnn_faas.gateway.inference_request import RawInferRequest
-
     if isinstance(body, RawInferRequest):
         if body.header_length is None:
             rest, found = split_new_vertex_inputs(body.body)

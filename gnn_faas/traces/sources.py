@@ -42,6 +42,8 @@ def add_trace_arguments(p: argparse.ArgumentParser, default_minutes: float = 5.0
 
 
 def load_trace(name: str, args: argparse.Namespace) -> Trace:
+    # here, not at the top: the CLI's parser imports this module for
+    # add_trace_arguments, and building the parser must stay light
     from gnn_faas.traces import azure2019, azure2021, twitter
 
     if name == "azure2019":
