@@ -184,7 +184,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
     fetch_seconds = time.perf_counter() - t0
     results = {
-        p: replay(
+        p: replay_prior(
             args,
             graph,
             fetcher,
@@ -234,7 +234,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def replay(
+def replay_prior(
     args, graph, fetcher, lookups_by_request, prior: str, score, rows: int, refresh=None
 ) -> dict:
     """One prior's replay: the adaptive cache and the static top-``score`` cache."""

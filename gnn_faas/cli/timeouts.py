@@ -147,7 +147,7 @@ def _fit(args: argparse.Namespace) -> int:
 
 def _evaluate(args: argparse.Namespace) -> int:
     from gnn_faas.gateway.timeout_configurator import DecisionTreeTimeoutConfigurator
-    from gnn_faas.gateway.timeout_history import replay
+    from gnn_faas.gateway.timeout_history import replay_buffers
 
     if args.tree:
         tree = DecisionTreeTimeoutConfigurator.load(args.tree)
@@ -155,7 +155,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         tree = DecisionTreeTimeoutConfigurator.bundled(args.graph)
     config = _config(args, tree.params)
     graph, rates, streams = _streams(args)
-    figures = [replay(a, u, config, graph.num_nodes, tree).figures() for a, u in streams]
+    figures = [replay_buffers(a, u, config, graph.num_nodes, tree).figures() for a, u in streams]
     json.dump({"rps": rates, "replay": figures}, sys.stdout, indent=1, sort_keys=True)
     sys.stdout.write("\n")
     return 0

@@ -93,8 +93,10 @@ class MeteredPool:
 
 
 @dataclass
-class Pending:
-    """A request waiting in a buffer: what it needs and where its answer goes."""
+class InferenceJob:
+    """What the data plane runs for one request: its parsed request, computation
+    graph and the future its answer goes to (the buffer holds it as the
+    ``payload`` of a :class:`~gnn_faas.gateway.buffer.PendingRequest`)."""
 
     request: InferenceRequest
     cg: ComputationGraph
@@ -335,7 +337,7 @@ class ModelRuntime:
                 predicted = self._predicted_rows(req.targets)
                 cg = self._graph_of(req.targets, overlay, stats)
             m.bytes_fetched.labels(self.name).inc(self.fetcher.stats.bytes_read - before)
-        pending = Pending(req, cg, Future(), t0, overlay, predicted)
+        pending = InferenceJob(req, cg, Future(), t0, overlay, predicted)
         pending.future.set_running_or_notify_cancel()
         if self.buffers is None or overlay is not None:
             # a request's added edges change its stored neighbours: never merged
@@ -391,7 +393,7 @@ class ModelRuntime:
             overlay=overlay,
         )
 
-    def _merge(self, pendings: list[Pending]):
+    def _merge(self, pendings: list[InferenceJob]):
         """``(graph, per-request rows, separate rows)`` of a closed buffer. SRPE:
         one SRPE graph of the union of the targets, so each candidate is
         recomputed once for the whole buffer."""
@@ -437,7 +439,7 @@ class ModelRuntime:
         else:
             self.executor.submit(self._run_separately, pendings, info)
 
-    def _finish(self, pending: Pending, h: np.ndarray, rows: np.ndarray, info: dict) -> None:
+    def _finish(self, pending: InferenceJob, h: np.ndarray, rows: np.ndarray, info: dict) -> None:
         try:
             outputs = self._heads(pending.request, h, rows)
             wait = info.get("closed_at", time.perf_counter()) - pending.arrival
@@ -445,7 +447,7 @@ class ModelRuntime:
         except BaseException as exc:  # noqa: BLE001 - delivered to the waiting request
             pending.future.set_exception(exc)
 
-    def _run_merged(self, pendings: list[Pending], info: dict) -> None:
+    def _run_merged(self, pendings: list[InferenceJob], info: dict) -> None:
         closed_at = time.perf_counter()
         try:
             with self.metrics.stage(self.name, "merge"):
@@ -475,14 +477,14 @@ class ModelRuntime:
         for p, rows in zip(pendings, request_rows):
             self._finish(p, h, rows, info)
 
-    def _run_separately(self, pendings: list[Pending], info: dict | None) -> None:
+    def _run_separately(self, pendings: list[InferenceJob], info: dict | None) -> None:
         """Each request on its own (no_sharing, request_centric). The runs go to
         their own executor: waiting on them from this one could deadlock it."""
         closed_at = time.perf_counter()
         for p in pendings:
             self.request_executor.submit(self._run_one, p, dict(info or {}), closed_at)
 
-    def _run_one(self, p: Pending, info: dict, closed_at: float) -> None:
+    def _run_one(self, p: InferenceJob, info: dict, closed_at: float) -> None:
         try:
             with self.metrics.stage(self.name, "execute"):
                 h, stats = self.orchestrator.run(

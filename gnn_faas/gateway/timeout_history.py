@@ -4,7 +4,7 @@ Serving records every decision point in a :class:`TimeoutHistory` (a bounded,
 thread-safe ring buffer of ``(buffer_id, time, state, decision, outcome)``,
 the outcome being the buffer's gain μ once it closes).
 
-Fitting needs the decision that *would have been* best. :func:`replay` runs an
+Fitting needs the decision that *would have been* best. :func:`replay_buffers` runs an
 arrival stream through :class:`~gnn_faas.gateway.buffer_pool.BufferPoolState`
 as a discrete-event simulation on a fake timeline (events at their exact
 times: arrivals, decision points, closes). With ``label=True``, at each
@@ -119,7 +119,7 @@ class TimeoutHistory:
 
 
 @dataclass
-class ReplayResult:
+class BufferReplay:
     """What a replay produced. ``completion[i]``: when request ``i`` finishes
     (its buffer's close + the modelled execution time)."""
 
@@ -237,7 +237,7 @@ def label_decision(
     return best, gains
 
 
-def replay(
+def replay_buffers(
     arrivals: np.ndarray,
     vertex_sets: Sequence[np.ndarray],
     config: BufferConfig,
@@ -247,7 +247,7 @@ def replay(
     label: bool = False,
     follow: str = "policy",
     exec_time_s: float | None = None,
-) -> ReplayResult:
+) -> BufferReplay:
     """Replay requests arriving at ``arrivals`` (sorted seconds) with k-hop
     vertex sets ``vertex_sets`` through a buffer pool on a fake timeline.
 
@@ -305,7 +305,7 @@ def replay(
     for c in closed:
         idx = np.fromiter((r.payload for r in c.requests), np.int64, len(c.requests))
         completion[idx] = c.closed_at + exec_s
-    return ReplayResult(
+    return BufferReplay(
         arrivals=arrivals,
         completion=completion,
         closed=closed,
@@ -342,7 +342,7 @@ def fit_timeout_tree(
         raise ValueError("need at least one arrival stream")
     report: dict[str, Any] = {
         "baseline_fixed_t0": [
-            replay(a, u, config, num_nodes, FixedTimeoutConfigurator(0)).figures()
+            replay_buffers(a, u, config, num_nodes, FixedTimeoutConfigurator(0)).figures()
             for a, u in streams
         ],
         "rounds": [],
@@ -354,7 +354,7 @@ def fit_timeout_tree(
     for r in range(rounds):
         follow = "oracle" if r == 0 else "policy"
         for a, u in streams:
-            res = replay(a, u, config, num_nodes, policy, label=True, follow=follow)
+            res = replay_buffers(a, u, config, num_nodes, policy, label=True, follow=follow)
             xs.append(res.states)
             ys.append(res.labels)
             if r == 0:
@@ -376,7 +376,7 @@ def fit_timeout_tree(
             }
         )
     assert tree is not None
-    report["fitted"] = [replay(a, u, config, num_nodes, tree).figures() for a, u in streams]
+    report["fitted"] = [replay_buffers(a, u, config, num_nodes, tree).figures() for a, u in streams]
     report["tree"] = {
         "nodes": tree.tree.node_count,
         "leaves": tree.tree.leaf_count,

@@ -29,7 +29,7 @@ from gnn_faas.gateway.timeout_history import (
     TimeoutHistory,
     fit_timeout_tree,
     label_decision,
-    replay,
+    replay_buffers,
     trace_request_stream,
 )
 from gnn_faas.storage.datasets import prepare_dataset
@@ -50,7 +50,7 @@ def labelled(bitcoin):
     _, graph = bitcoin
     arrivals = twitter.arrivals(40, 10, seed=1)
     sets = trace_request_stream(graph, arrivals, hops=2)
-    res = replay(
+    res = replay_buffers(
         arrivals,
         sets,
         BufferConfig(),
