@@ -2,7 +2,7 @@
 
 This package root stays import-light on purpose: memory functions import
 ``gnn_faas.storage`` and ``gnn_faas.functions.memory`` and must never pull in
-torch (DESIGN principle 1).
+torch (docs/architecture.md, principle 1).
 """
 
 __version__ = "0.1.0"

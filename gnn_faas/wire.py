@@ -1,4 +1,4 @@
-"""Binary frames between the gateway and the functions (DESIGN principle 5).
+"""Binary frames between the gateway and the functions (docs/architecture.md, principle 5).
 
 A frame is a safetensors buffer (MIME ``application/x-gnn-faas-frame``)::
 

@@ -1,4 +1,4 @@
-"""Real servers for tests, on free loopback ports (DESIGN principle 4).
+"""Real servers for tests, on free loopback ports (docs/architecture.md, principle 4).
 
 ``redis_server()`` runs the ``redis-server`` binary; ``moto_server()`` runs
 moto's standalone S3-compatible HTTP server in a subprocess. Both wait (with a

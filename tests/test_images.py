@@ -1,4 +1,4 @@
-"""The three container images (issue 8, deliverables 1 and 2), built by ``make images``.
+"""The three container images, built by ``make images``.
 
 Each image: OCI labels, a HEALTHCHECK, a non-root user; each container runs as
 that user on a read-only root filesystem (only the /tmp tmpfs writable) and
@@ -108,7 +108,7 @@ def test_image_metadata(client, kind):
     env = dict(e.split("=", 1) for e in cfg["Env"])
     assert env["PORT"] == "8080" and env["HOME"] == "/tmp" and env["TMPDIR"] == "/tmp"
     if kind == "memory":
-        assert attrs["Size"] < 300e6  # the target of issue 8
+        assert attrs["Size"] < 300e6  # a memory image without torch stays small
 
 
 # what each image may and may not import

@@ -11,7 +11,7 @@ between the processes (what a cgroup charges is close to this);
 supervisor). ``--graph`` picks the graph (with ``--store``, any ingested
 graph): ``num_nodes`` and ``num_edges`` are reported beside the figures, so
 runs on graphs of different sizes show whether an idle instance's memory grows
-with the graph (issue 7: it must not). Each figure
+with the graph (it must not). Each figure
 is the median of ``--runs`` cold starts; the instance is stopped with SIGTERM
 after each (``*_stop_s``: SIGTERM to exit).
 

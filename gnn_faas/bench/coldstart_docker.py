@@ -18,7 +18,7 @@ on the docker platform (scheduler/platform/docker.py) and as local processes
   what a cgroup charges);
 - ``image_mb``: the image's size (MB, as ``docker image ls``).
 
-Targets (issue 8): memory container ready < 1.5 s and < 100 MiB idle; compute
+Targets: memory container ready < 1.5 s and < 100 MiB idle; compute
 container ready < 4 s. The instances get ``--memory-mb``-free defaults: memory
 512 MiB, compute 1024 MiB, 1 vCPU each.
 """

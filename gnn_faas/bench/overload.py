@@ -15,7 +15,7 @@ out on time whatever the gateway does). Per step:
 - RSS (MiB) of the gateway worker and of each function instance's worker at
   the end of the step.
 
-Targets (issue 7): the two counts agree within 1% at every step; above
+Targets: the two counts agree within 1% at every step; above
 capacity the admitted requests keep p99 under the SLO and the rest are shed.
 """
 

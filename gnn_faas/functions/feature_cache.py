@@ -1,61 +1,27 @@
 """Adaptive, memory-aware feature cache of a memory function (FaaS-GNN 4.3).
 
-Capacity follows memory: for each request,
+Capacity follows memory, per request::
 
     capacity_bytes = limit - baseline - predicted_peak(request)
 
-where ``baseline`` is the instance's resident memory measured at start and
-the prediction comes from the :class:`~gnn_faas.functions.peak_predictor.PeakPredictor`.
-A capacity that shrinks evicts before the request runs.
-
-Value of a vertex (what stays and what gets in), after the dynamic GPU
-feature-cache policy (frequency-based admission and eviction) with the
-degree as a prior::
+(``baseline``: the instance's resident memory at start; the prediction from
+:class:`~gnn_faas.functions.peak_predictor.PeakPredictor`). What stays and what
+gets in follows a vertex's value::
 
     value(v) = freq(v) + degree_weight * log1p(out_degree(v)) / log1p(max out_degree)
 
-or, with a sparse ``prior`` such as the top-k of Quiver's feature access
-probability (``prior: fap``), ``freq(v) + degree_weight * FAP(v) / max FAP``
-(0 for vertices outside the top-k). Either way a slot keeps its *raw* prior
-(``log1p(degree)`` or ``FAP``) and values use the current normaliser.
-
-``freq`` counts the requests that read ``v`` (once per request); every
-``decay_every`` requests ALL counts are halved, so the frequency is recent.
-The degree term is at most ``degree_weight``: it ranks vertices never seen
-yet (the cache starts as a top-degree cache) and breaks ties, and a vertex
-read in recent requests outranks a merely high-degree one. Eviction removes
-the lowest values first (``argpartition``) and never a row of the request in
-flight (pinned). A missed row is admitted when there is free space or its
-value beats the lowest resident value (vectorised: the best misses against
-the worst residents, pairwise, sorted).
-
-Memory accounting: ``baseline + cache bytes + working set`` where the
-working set is the request's measured allocation peak (``tracemalloc``
-around the request). When that would exceed the limit (the prediction was too
-low, or numpy raised ``MemoryError``), the cache is cleared and the request
-re-executed on the empty cache (``reexecutions``); the request is never lost.
-Misses are admitted after the request's work, within
-``limit - baseline - max(predicted, actual)``, so the ceiling holds after
-every request.
-
-Storage: rows live in one float32 array kept dense (slots ``[0, rows)``),
-grown on demand (``ndarray.resize``, never beyond the capacity) and compacted
-in place when rows leave. Beside each slot: its vertex, frequency and degree
-prior. Nothing is sized by the graph (an idle instance's memory must not grow
-with its vertex count): the slot of a resident vertex is found through an
-:class:`~gnn_faas.functions.id_table.IdTable` (vectorised hashing), the
-frequencies of vertices read but not resident ("ghosts") live in a second
-table, from which a count is dropped once decay takes it below
-``FREQ_FLOOR`` (so it holds the vertices read within the last
-``decay_every * log2(1 / FREQ_FLOOR)`` requests, bounded by the work), and the
-degree prior of a vertex is computed when it is offered for admission, from a
-``degree`` array or a ``degree(ids)`` callable that reads the store on demand.
-With a callable and no ``max_degree`` (scanning a 100M-vertex degree blob at
-start would cost the memory this avoids), the normaliser is the largest degree
-read so far: slots keep ``log1p(degree)`` and values are computed with the
-current normaliser, so every comparison uses one scale; hubs are read early
-in power-law graphs, so it settles fast.
-One re-entrant lock guards every mutation.
+or ``freq(v) + degree_weight * FAP(v) / max FAP`` with a sparse ``prior`` (the
+top-k of Quiver's feature access probability). ``freq`` counts the requests
+that read ``v``, halved every ``decay_every`` requests so it is recent; the
+prior term (at most ``degree_weight``) ranks vertices never seen and breaks
+ties. Eviction removes the lowest values first and never a row of the request
+in flight; a miss is admitted when there is space or it beats the lowest
+resident value. When ``baseline + cache + working set`` would cross the limit,
+the cache is cleared and the request re-executed on the empty cache
+(``reexecutions``), so the request is never lost and the ceiling holds after
+every request. Nothing here is sized by the graph: an idle instance's memory
+must not grow with its vertex count. One re-entrant lock guards every
+mutation. The design and its reasons: docs/architecture.md, section 5.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 # Memory function image (gnn-faas-memory): numpy/scipy/flask/gunicorn and the storage clients,
-# NO torch (DESIGN principle 1; the build fails if torch slipped in).
+# NO torch (docs/architecture.md, principle 1; the build fails if torch slipped in).
 #
 #   make images                  # builds it offline (base from debootstrap, see the Makefile)
 #   DOCKER_BUILDKIT=1 docker build --network host -f gnn_faas/functions/memory.Dockerfile \

@@ -1,6 +1,6 @@
 """The memory function: computation graphs, feature rows and Aggregate over HTTP.
 
-NO torch here, ever (DESIGN principle 1): numpy/scipy/flask only, so the
+NO torch here, ever (docs/architecture.md, principle 1): numpy/scipy/flask only, so the
 instance starts in a fraction of a second with a small image.
 
 On start it opens the graph (``verify="size"``: one size check per blob), a
@@ -270,7 +270,7 @@ class MemoryFunction:
         )
         # Peaks are measured with tracemalloc (feature_cache.measure_peak). It runs
         # from here on and is never stopped: starting and stopping it around every
-        # request leaked about 1 MB per 200 requests (issue 7, item 9), while one
+        # request leaked about 1 MB per 200 requests, while one
         # session traces only what is allocated after start (requests, cache
         # rows), not the modules and graph state allocated before.
         if not tracemalloc.is_tracing():

@@ -1,7 +1,7 @@
 """The gateway's protocol-neutral data plane (KServe style).
 
 HTTP endpoints (``gateway/app.py``) stay thin and call this. For each served
-model a :class:`ModelRuntime` holds the request path of DESIGN.md:
+model a :class:`ModelRuntime` holds the request path (docs/architecture.md, section 2):
 
 parse -> k-hop vertex set from storage -> route to the buffer with the highest
 sharing degree -> wait (decision-tree timeout) -> buffer closes -> merge the

@@ -47,7 +47,7 @@ def compact_rows(block: Block, start: int, stop: int) -> tuple[Block, np.ndarray
 
 @dataclass
 class RunStats:
-    """What one execution did (DESIGN principle 6)."""
+    """What one execution did (docs/architecture.md, principle 6)."""
 
     aggregated_rows: int = 0
     partitions: list[int] = field(default_factory=list)

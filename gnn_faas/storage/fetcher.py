@@ -59,7 +59,7 @@ def sample_segments(owners: np.ndarray, counts: np.ndarray, fanout: int, seed: i
 
 @dataclass
 class FetchStats:
-    """Figures of one or more fetches (DESIGN principle 6)."""
+    """Figures of one or more fetches (docs/architecture.md, principle 6)."""
 
     reads: ReadStats = field(default_factory=ReadStats)
     hop_seconds: list[float] = field(default_factory=list)

@@ -1,5 +1,5 @@
 """``gnn-faas up --platform docker`` with bad input: one clear line and exit 2,
-fast, before anything is served (issue 8, deliverable 5)."""
+fast, before anything is served."""
 
 from __future__ import annotations
 

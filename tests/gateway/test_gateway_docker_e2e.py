@@ -1,5 +1,5 @@
 """End to end on the docker platform: ``gnn-faas up --platform docker`` with the
-function instances as containers (issue 8).
+function instances as containers.
 
 - the answers equal the PyG reference for the same checkpoint, as on the local
   platform (tests/gateway/test_gateway_e2e.py);
@@ -211,7 +211,7 @@ def test_memory_aware_cache_under_a_real_limit(big_graph, aware):
         assert pool["retries"] >= 1 and pool["launches"] >= 2
 
 
-# -- crash safety (issue 7 item 4, docker platform) ----------------------------------------
+# -- crash safety (docker platform) --------------------------------------------------------
 @pytest.mark.parametrize("victim", ["gnn-faas up", "gateway worker"])
 def test_function_containers_do_not_outlive_a_killed_gateway(served, victim):
     """SIGKILL of ``gnn-faas up`` (the gunicorn master): its worker sees the parent

@@ -246,7 +246,7 @@ def test_near_valid_requests_are_answered_right_or_400(
 @pytest.mark.parametrize(
     "body",
     [
-        # a <200-byte request naming a huge graph id: the bug of issue 7
+        # a <200-byte request naming a huge graph id must not allocate by the id's size
         b'{"inputs":[{"name":"vertices","datatype":"INT64","shape":[2],"data":[1,2]},'
         b'{"name":"graph_ids","datatype":"INT64","shape":[2],"data":[0,4611686018427387904]}]}',
         b'{"inputs":[{"name":"vertices","datatype":"INT64","shape":[1],"data":[1]},'

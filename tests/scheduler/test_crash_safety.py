@@ -1,4 +1,4 @@
-"""Function instances die with the process that started them (issue 7, item 4).
+"""Function instances die with the process that started them.
 
 Real processes throughout; every check goes by the PIDs the platform recorded,
 never by process names (other engineers' and tests' stacks run beside these).

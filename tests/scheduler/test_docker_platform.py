@@ -2,7 +2,7 @@
 labels as specified, cold starts measured, keep-alive (scale to zero), metering,
 failures counted by reason, clear errors for a missing image, an unreachable
 engine and a container that never becomes ready, and orphans of a killed owner
-removed by the next platform (issue 8, deliverables 3 and 5; issue 7 item 4)."""
+removed by the next platform."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The local platform with real processes: cold starts, keep-alive (scale to
-zero), metering, crashes and clean shutdown (issue 4, deliverable 1)."""
+zero), metering, crashes and clean shutdown."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Graph sharing: a merged buffer equals the fetch of the union of its targets and
-aggregates each (vertex, layer) once (issue 4, "Sharing")."""
+aggregates each (vertex, layer) once."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The function platform interface: what the gateway needs from Knative,
-OpenFaaS or the embedded local platform (DESIGN principle 3).
+OpenFaaS or the embedded local platform (docs/architecture.md, principle 3).
 
 A *function* is a :class:`FunctionSpec` (what to run, with how much memory and
 how many vCPUs, kept warm for how long); an *instance* is one running copy of

@@ -1,4 +1,4 @@
-"""The embedded platform: function instances as local processes (DESIGN principle 3).
+"""The embedded platform: function instances as local processes (docs/architecture.md, principle 3).
 
 Each instance is ``python -m gnn_faas serve KIND *args --host H --port 0``
 (plus ``--memory-mb M`` for memory functions) in its own process group, its

@@ -13,7 +13,7 @@ phase). Busy time is the union of call intervals: overlapping calls on one
 instance share its memory, so they are not double counted. ``cold_starts``
 counts instances spawned within the window and ``cold_start_s_total`` their
 measured spawn-to-ready seconds. Figures are reported per instance, per
-function name and in total (DESIGN principle 6: benchmarks read these rather
+function name and in total (docs/architecture.md, principle 6: benchmarks read these rather
 than recompute them). All times come from the platform's clock, so a
 :class:`~gnn_faas.clock.FakeClock` makes reports exact in tests.
 

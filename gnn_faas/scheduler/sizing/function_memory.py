@@ -35,7 +35,7 @@ MEMORY_STEP_MB = 64
 MIN_MEMORY_MB = 128
 MAX_MEMORY_MB = 10240
 # Resident size of an idle instance. RSS after the imports, CPython 3.11: about
-# 58 MiB for numpy/scipy/flask (memory function, no torch: DESIGN principle 1)
+# 58 MiB for numpy/scipy/flask (memory function, no torch: docs/architecture.md, principle 1)
 # and 240 MiB with torch (compute function); the rest is headroom for the HTTP
 # server and allocator slack. Override with values measured on the platform.
 MEMORY_RUNTIME_MB = 96

@@ -1,5 +1,5 @@
 """Latency profiles and function sizing (λGrapher 3.5): Bayesian-optimised core
-counts meet the SLO and cost within 10% of the exhaustive optimum (issue 4)."""
+counts meet the SLO and cost within 10% of the exhaustive optimum."""
 
 from __future__ import annotations
 
