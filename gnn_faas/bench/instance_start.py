@@ -76,14 +76,14 @@ def cold_start(argv: list[str], port: int, timeout: float) -> dict[str, float]:
             proc.stderr.close()
 
 
-def default_model(out_dir: str, store: str, graph_name: str) -> str:
+def default_model(out_dir: str, store: str, graph_name: str, hidden_dim: int = 16) -> str:
     """A seeded, untrained 2-layer GCN checkpoint for ``graph_name``."""
     g = open_graph(store, graph_name)
     classes = max(2, int(g.manifest.num_classes))
     cfg = ModelConfig(
         arch="gcn",
         in_dim=int(g.manifest.feature_dim),
-        hidden_dim=16,
+        hidden_dim=hidden_dim,
         out_dim=classes,
         num_layers=2,
         graph=graph_name,

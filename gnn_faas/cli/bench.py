@@ -1,6 +1,6 @@
 """``gnn-faas bench KIND ...``: benchmarks that print one JSON object.
 
-Each benchmark is a module ``gnn_faas.bench.KIND`` exposing
+Each benchmark is a module ``gnn_faas.bench.KIND`` (``-`` in KIND read as ``_``) exposing
 ``add_arguments(parser)`` and ``run(args) -> dict``. The module is imported
 only when its benchmark runs (its arguments are parsed then), so building the
 ``gnn-faas`` parser, which every function instance does at start-up, stays
@@ -22,6 +22,7 @@ BENCHMARKS = {
     "srpe": "precomputed embeddings with selective recomputation vs exact serving (OMEGA)",
     "overload": "stepped open-loop load: honest SLO counts, shedding, RSS per step",
     "soak": "steady open-loop load for minutes: RSS slope per process after warm-up",
+    "live-vs-sim": "one trace window live and simulated: p50, p99, GB-s, sharing and ratios",
 }
 
 
@@ -39,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def parse_bench_args(kind: str, argv: list[str]) -> tuple[object, argparse.Namespace]:
-    module = importlib.import_module(f"gnn_faas.bench.{kind}")
+    module = importlib.import_module(f"gnn_faas.bench.{kind.replace('-', '_')}")
     bp = argparse.ArgumentParser(prog=f"gnn-faas bench {kind}", description=BENCHMARKS[kind])
     module.add_arguments(bp)
     bp.add_argument("--json", action="store_true", help="print compact JSON (default: indented)")

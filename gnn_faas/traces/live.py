@@ -223,6 +223,18 @@ def write_live(out: Path, run: LiveRun, duration_s: float, sim_runs: dict | None
 
 
 def run_replay(trace_name: str, args: argparse.Namespace) -> dict:
+    """``gnn-faas replay``: :func:`replay_window`, then the run directory (``--out``)."""
+    run, sim_runs, measured_s = replay_window(trace_name, args)
+    if args.out:
+        write_live(Path(args.out), run, measured_s, sim_runs)
+        run.summary["out"] = str(args.out)
+    return run.summary
+
+
+def replay_window(trace_name: str, args: argparse.Namespace) -> tuple[LiveRun, dict, float]:
+    """The trace window replayed live against ``args.url`` and, with
+    ``args.predict``, simulated: ``(live run, simulated runs by policy, measured
+    seconds)``; the simulated figures are in the live run's summary too."""
     url = args.url.rstrip("/")
     meta = model_metadata(url, args.model)
     params = meta.get("parameters", {})
@@ -244,10 +256,7 @@ def run_replay(trace_name: str, args: argparse.Namespace) -> dict:
     if args.predict:
         warm = (run.full, targets) if getattr(args, "fit_warmup", False) else None
         run.summary["simulated"], sim_runs = predict(trace, graph, args, slo, prices, mode, warm)
-    if args.out:
-        write_live(Path(args.out), run, trace.measured_s, sim_runs)
-        run.summary["out"] = str(args.out)
-    return run.summary
+    return run, sim_runs, trace.measured_s
 
 
 def warmup_calibration(cal: Any, graph: Any, full: Any, targets: np.ndarray,
