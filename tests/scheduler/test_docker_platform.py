@@ -13,8 +13,10 @@ import sys
 import textwrap
 import time
 
+import docker
 import pytest
 
+from gnn_faas.clock import FakeClock
 from gnn_faas.errors import NotFound, Unavailable
 from gnn_faas.scheduler.platform import FunctionSpec, open_platform
 from gnn_faas.scheduler.platform.docker import LABEL, DockerPlatform, owner_alive
@@ -76,34 +78,37 @@ def test_instance_is_a_container_with_the_specified_limits(platform, store):
     assert requests.get(f"{inst.url}/_/health", timeout=10).status_code == 200
 
 
-def test_keep_alive_scales_to_zero_and_meters(platform, store):
-    inst = platform.launch(memory_spec(store, keep_alive_s=0.5))
-    with platform.busy(inst.id) as busy:
-        assert busy.state == "busy"
-        time.sleep(0.2)
-    assert platform.reap() == []  # used just now
-    time.sleep(0.7)
-    cid = platform.container_id(inst.id)
-    assert platform.reap() == [inst.id]
-    assert platform.instances() == []
-    import docker
-
-    with pytest.raises(docker.errors.NotFound):
-        platform.client.containers.get(cid)
-    usage = platform.metering().instances[inst.id]
-    assert usage.cold_starts == 1 and usage.busy_s >= 0.2
-    assert usage.alive_s >= usage.busy_s and usage.allocated_gb_s == pytest.approx(
-        256 / 1024 * usage.alive_s
-    )
+def test_keep_alive_scales_to_zero_and_meters(docker_host, store):
+    clock = FakeClock()  # keep-alive and metering on the platform's clock
+    platform = open_platform("docker", reaper_interval_s=None, start_timeout_s=60, clock=clock)
+    try:
+        inst = platform.launch(memory_spec(store, keep_alive_s=0.5))
+        with platform.busy(inst.id) as busy:
+            assert busy.state == "busy"
+            clock.advance(0.2)
+        clock.advance(0.4)
+        assert platform.reap() == []  # idle 0.4 s of its 0.5 s keep-alive
+        clock.advance(0.2)
+        cid = platform.container_id(inst.id)
+        assert platform.reap() == [inst.id]
+        assert platform.instances() == []
+        with pytest.raises(docker.errors.NotFound):
+            platform.client.containers.get(cid)
+        usage = platform.metering().instances[inst.id]
+        assert usage.cold_starts == 1 and usage.busy_s == pytest.approx(0.2)
+        assert usage.alive_s == pytest.approx(0.8)
+        assert usage.allocated_gb_s == pytest.approx(256 / 1024 * 0.8)
+    finally:
+        platform.shutdown()
 
 
 def test_a_killed_container_is_marked_failed_and_counted(platform, store):
     inst = platform.launch(memory_spec(store))
     container(platform, inst.id).kill()  # SIGKILL: exit 137, not an OOM kill
-    for _ in range(100):
+    deadline = time.monotonic() + 60
+    states: dict = {}
+    while states.get(inst.id) != "failed" and time.monotonic() < deadline:
         states = {i.id: i.state for i in platform.instances()}
-        if states.get(inst.id) == "failed":
-            break
         time.sleep(0.05)
     assert states[inst.id] == "failed"
     assert platform.failure_counts() == {("mem", "exit_137"): 1}
@@ -125,10 +130,8 @@ def test_missing_image_is_a_clear_error(docker_host, store):
 
 
 def test_unreachable_engine_is_a_clear_error(tmp_path):
-    t0 = time.perf_counter()
     with pytest.raises(Unavailable, match="no Docker engine answers"):
         DockerPlatform(docker_host=f"unix://{tmp_path}/none.sock", reaper_interval_s=None)
-    assert time.perf_counter() - t0 < 30
 
 
 def test_a_container_that_exits_before_ready_is_an_error_with_its_log(platform, store):
@@ -146,10 +149,8 @@ def test_a_container_that_never_becomes_ready_times_out(docker_host, store):
     # it listens on another loopback address than the probe asks: alive, never ready
     p = DockerPlatform(reaper_interval_s=None, start_timeout_s=4, env={"HOST": "127.0.0.2"})
     try:
-        t0 = time.perf_counter()
         with pytest.raises(Unavailable, match="not ready after 4 s"):
             p.launch(memory_spec(store))
-        assert time.perf_counter() - t0 < 30
         assert p.failure_counts() == {("mem", "start_timeout"): 1}
     finally:
         p.shutdown()

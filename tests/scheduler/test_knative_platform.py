@@ -236,29 +236,23 @@ def test_a_replica_going_away_and_knative_scaling_up(stack):
     rev = f"{RELEASE}-gnn-faas-{MODEL}-memory-00001"
     knative.pod_ready(f"{rev}-deployment-1", False)
     knative.autoscaler(rev, 1, 1)
-    time.sleep(1.5)  # > refresh_s and the keep-alive sweep
+    memory = f"{MODEL}-memory"
+    counts = lambda: (lambda r: (r["desired"], r["actual"], r["ready"]))(_row(s, memory))  # noqa: E731
+    assert _wait(lambda: counts() == (1, 1, 1)), counts()  # read at the next refresh
     r = infer(s.url, [1, 2, 3])
     assert r.status_code == 200, r.text
     np.testing.assert_allclose(scores(r), reference[[1, 2, 3]], RTOL, ATOL)
-    row = next(
-        r for r in s.status()["models"][0]["functions"] if r["function"] == f"{MODEL}-memory"
-    )
-    assert (row["desired"], row["actual"], row["ready"]) == (1, 1, 1)
     knative.pod_ready(f"{rev}-deployment-1", True)
     knative.pod_ready(f"{rev}-deployment-pending", True)
     knative.autoscaler(rev, 3, 3)
-    time.sleep(0.5)
-    row = next(
-        r for r in s.status()["models"][0]["functions"] if r["function"] == f"{MODEL}-memory"
-    )
-    assert (row["desired"], row["actual"], row["ready"]) == (3, 3, 3)
+    assert _wait(lambda: counts() == (3, 3, 3)), counts()
 
 
 def _row(s, fn: str) -> dict:
     return next(r for r in s.status()["models"][0]["functions"] if r["function"] == fn)
 
 
-def _wait(pred, timeout: float = 15.0) -> bool:
+def _wait(pred, timeout: float = 60.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if pred():
