@@ -29,16 +29,23 @@ accuracy for stratified) is kept; test figures are of that epoch's weights.
 from __future__ import annotations
 
 import json
+import os
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from gnn_faas.errors import InvalidRequest
+from gnn_faas.functions.checkpoint import save_checkpoint
 from gnn_faas.functions.model_config import ModelConfig
+from gnn_faas.functions.pyg_models import build_model, cg_edge_index, full_batch_adjacency
+from gnn_faas.paths import default_store, var_dir
+from gnn_faas.storage.datasets import ensure_dataset
+from gnn_faas.storage.fetcher import KHopFetcher
 from gnn_faas.storage.format import GraphHandle
 
 SPLITS = ("planetoid", "stratified")
@@ -72,8 +79,6 @@ def default_threads() -> int:
     gain little, while OpenMP threads stall badly when another process holds
     a core: on a shared 2-CPU machine a ReLU over 2708 x 16 took 7 ms with 2
     threads and 8 us with 1."""
-    import os
-
     return max(1, min(4, (os.cpu_count() or 2) // 2))
 
 
@@ -149,8 +154,6 @@ def _graph_arrays(g: GraphHandle) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
 
 def train(opts: TrainOptions) -> dict:
     """Train, write the checkpoint to ``opts.out`` and return the summary."""
-    import torch
-
     threads = torch.get_num_threads()
     torch.set_num_threads(opts.threads or default_threads())
     try:
@@ -159,38 +162,23 @@ def train(opts: TrainOptions) -> dict:
         torch.set_num_threads(threads)
 
 
-def _train(opts: TrainOptions) -> dict:
-    import torch
+def _split(opts: TrainOptions, labels: np.ndarray, num_classes: int) -> Split:
+    kind = opts.split or ("planetoid" if opts.dataset == "cora" else "stratified")
+    if kind not in SPLITS:
+        raise InvalidRequest(f"split must be one of {SPLITS}, got {kind!r}")
+    if kind == "planetoid":
+        return planetoid_split(labels, num_classes, opts.seed)
+    return stratified_split(labels, opts.seed)
 
-    from gnn_faas.functions.checkpoint import save_checkpoint
-    from gnn_faas.functions.pyg_models import (
-        build_model,
-        cg_edge_index,
-        full_batch_adjacency,
-    )
-    from gnn_faas.paths import default_store, var_dir
-    from gnn_faas.storage.datasets import ensure_dataset
-    from gnn_faas.storage.fetcher import KHopFetcher
 
-    t0 = time.perf_counter()
-    store = opts.store or default_store()
-    out = opts.out or str(var_dir() / "models" / f"{opts.dataset}-{opts.arch}")
-    g = ensure_dataset(store, opts.dataset, opts.from_dir)
-    indptr, indices, feats, labels = _graph_arrays(g)
-    num_classes = int(g.manifest.num_classes or labels.max() + 1)
-    if opts.epochs < 1:
-        raise InvalidRequest("epochs must be >= 1")
-    split_kind = opts.split or ("planetoid" if opts.dataset == "cora" else "stratified")
-    if split_kind not in SPLITS:
-        raise InvalidRequest(f"split must be one of {SPLITS}, got {split_kind!r}")
-    split = (
-        planetoid_split(labels, num_classes, opts.seed)
-        if split_kind == "planetoid"
-        else stratified_split(labels, opts.seed)
-    )
+def _model_config(
+    opts: TrainOptions, g: GraphHandle, in_dim: int, num_classes: int
+) -> tuple[ModelConfig, bool]:
+    """``(config, mini_batch)``: sampled mini-batches when fanouts are given or the
+    graph is too large for full batch (then 10 neighbours per hop by default)."""
     config = ModelConfig(
         arch=opts.arch,
-        in_dim=int(feats.shape[1]),
+        in_dim=in_dim,
         hidden_dim=opts.hidden,
         out_dim=num_classes,
         num_layers=opts.layers,
@@ -204,96 +192,140 @@ def _train(opts: TrainOptions) -> dict:
     mini_batch = opts.fanouts is not None or g.num_nodes > opts.full_batch_max_nodes
     if mini_batch and config.fanouts is None:
         config = ModelConfig(**{**asdict(config), "fanouts": (10,) * opts.layers})
+    return config, mini_batch
 
-    torch.manual_seed(opts.seed)
-    model = build_model(config, dropout=opts.dropout, cached=not mini_batch)
-    optim = torch.optim.Adam(model.parameters(), lr=opts.lr, weight_decay=opts.weight_decay)
-    y = torch.from_numpy(labels)
-    class_weight = None
-    if split_kind == "stratified":
-        counts = np.bincount(labels[split.train], minlength=num_classes).astype(np.float64)
-        w = split.train.size / (num_classes * np.maximum(counts, 1))
-        class_weight = torch.tensor(w, dtype=torch.float32)
 
-    def score(pred: np.ndarray, idx: np.ndarray) -> float:
-        if split_kind == "planetoid":
-            return accuracy(pred[idx], labels[idx])
-        return balanced_accuracy(pred[idx], labels[idx], num_classes)
+def _class_weight(split: Split, labels: np.ndarray, num_classes: int) -> torch.Tensor | None:
+    """Inverse training frequency ``n / (k n_c)`` for the stratified split."""
+    if split.kind != "stratified":
+        return None
+    counts = np.bincount(labels[split.train], minlength=num_classes).astype(np.float64)
+    w = split.train.size / (num_classes * np.maximum(counts, 1))
+    return torch.tensor(w, dtype=torch.float32)
 
-    if not mini_batch:
-        x = torch.from_numpy(feats)
-        ei = full_batch_adjacency(opts.arch, indptr, indices, g.num_nodes)
-        train_idx = torch.from_numpy(split.train)
 
-        def epoch_step() -> float:
-            model.train()
+StepFns = tuple[Callable[[], float], Callable[[], np.ndarray]]
+
+
+def _full_batch(opts, g, model, optim, arrays, split, class_weight) -> StepFns:
+    """``(epoch_step, predict)`` over the whole graph, read once."""
+    indptr, indices, feats, labels = arrays
+    x, y = torch.from_numpy(feats), torch.from_numpy(labels)
+    ei = full_batch_adjacency(opts.arch, indptr, indices, g.num_nodes)
+    train_idx = torch.from_numpy(split.train)
+
+    def epoch_step() -> float:
+        model.train()
+        optim.zero_grad()
+        logits = model(x, ei)
+        loss = torch.nn.functional.cross_entropy(
+            logits[train_idx], y[train_idx], weight=class_weight
+        )
+        loss.backward()
+        optim.step()
+        return float(loss.detach())
+
+    def predict() -> np.ndarray:
+        model.eval()
+        with torch.no_grad():
+            return model(x, ei).argmax(-1).numpy()
+
+    return epoch_step, predict
+
+
+def _mini_batch(opts, g, model, optim, arrays, split, class_weight, fanouts) -> StepFns:
+    """``(epoch_step, predict)`` on batches expanded by the serving sampler."""
+    _, _, feats, labels = arrays
+    fetcher = KHopFetcher(g)
+    rng = np.random.default_rng(opts.seed)
+    epoch_no = [0]
+
+    def batch_logits(ids: np.ndarray, seed: int) -> tuple[torch.Tensor, np.ndarray]:
+        cg = fetcher.fetch(ids, opts.layers, fanouts=fanouts, seed=seed)
+        xb = torch.from_numpy(feats[cg.input_nodes])
+        return model(xb, cg_edge_index(cg))[: cg.layer_sizes[-1]], cg.targets
+
+    def epoch_step() -> float:
+        model.train()
+        epoch_no[0] += 1
+        total = 0.0
+        order = rng.permutation(split.train)
+        for b in range(0, order.size, opts.batch_size):
             optim.zero_grad()
-            logits = model(x, ei)
-            loss = torch.nn.functional.cross_entropy(
-                logits[train_idx], y[train_idx], weight=class_weight
-            )
+            logits, tgt = batch_logits(order[b : b + opts.batch_size], epoch_no[0])
+            yt = torch.from_numpy(labels[tgt])
+            loss = torch.nn.functional.cross_entropy(logits, yt, weight=class_weight)
             loss.backward()
             optim.step()
-            return float(loss.detach())
+            total += float(loss.detach()) * tgt.size
+        return total / max(order.size, 1)
 
-        def predict() -> np.ndarray:
-            model.eval()
-            with torch.no_grad():
-                return model(x, ei).argmax(-1).numpy()
-    else:
-        fetcher = KHopFetcher(g)
-        rng = np.random.default_rng(opts.seed)
-        epoch_no = [0]
+    def predict() -> np.ndarray:
+        # Serving's sampler (seed 0), over the vertices that are scored.
+        model.eval()
+        pred = np.full(labels.size, -1, dtype=np.int64)
+        ids = np.concatenate((split.val, split.test))
+        with torch.no_grad():
+            for b in range(0, ids.size, opts.batch_size):
+                logits, tgt = batch_logits(ids[b : b + opts.batch_size], 0)
+                pred[tgt] = logits.argmax(-1).numpy()
+        return pred
 
-        def batch_logits(ids: np.ndarray, seed: int) -> tuple[torch.Tensor, np.ndarray]:
-            cg = fetcher.fetch(ids, opts.layers, fanouts=config.fanouts, seed=seed)
-            xb = torch.from_numpy(feats[cg.input_nodes])
-            return model(xb, cg_edge_index(cg))[: cg.layer_sizes[-1]], cg.targets
+    return epoch_step, predict
 
-        def epoch_step() -> float:
-            model.train()
-            epoch_no[0] += 1
-            total = 0.0
-            order = rng.permutation(split.train)
-            for b in range(0, order.size, opts.batch_size):
-                optim.zero_grad()
-                logits, tgt = batch_logits(order[b : b + opts.batch_size], epoch_no[0])
-                yt = torch.from_numpy(labels[tgt])
-                loss = torch.nn.functional.cross_entropy(logits, yt, weight=class_weight)
-                loss.backward()
-                optim.step()
-                total += float(loss.detach()) * tgt.size
-            return total / max(order.size, 1)
 
-        def predict() -> np.ndarray:
-            # Serving's sampler (seed 0), over the vertices that are scored.
-            model.eval()
-            pred = np.full(labels.size, -1, dtype=np.int64)
-            ids = np.concatenate((split.val, split.test))
-            with torch.no_grad():
-                for b in range(0, ids.size, opts.batch_size):
-                    logits, tgt = batch_logits(ids[b : b + opts.batch_size], 0)
-                    pred[tgt] = logits.argmax(-1).numpy()
-            return pred
-
+def _fit(model, steps: StepFns, score: Callable, split: Split, epochs: int):
+    """Train ``epochs`` epochs and keep the weights of the best validation score:
+    ``(best epoch, last training loss, predictions of the kept weights)``."""
+    epoch_step, predict = steps
     best = (-1.0, 0, None)
     loss = float("nan")
     with warnings.catch_warnings():
         # torch's notes about its (beta) sparse CSR tensors, raised inside PyG
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
         warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly")
-        for epoch in range(1, opts.epochs + 1):
+        for epoch in range(1, epochs + 1):
             loss = epoch_step()
             val = score(predict(), split.val)
             if val > best[0]:
                 best = (val, epoch, {k: v.detach().clone() for k, v in model.state_dict().items()})
         model.load_state_dict(best[2])
-        pred = predict()
+        return best[1], loss, predict()
+
+
+def _train(opts: TrainOptions) -> dict:
+    t0 = time.perf_counter()
+    store = opts.store or default_store()
+    out = opts.out or str(var_dir() / "models" / f"{opts.dataset}-{opts.arch}")
+    g = ensure_dataset(store, opts.dataset, opts.from_dir)
+    arrays = _graph_arrays(g)
+    labels = arrays[3]
+    num_classes = int(g.manifest.num_classes or labels.max() + 1)
+    if opts.epochs < 1:
+        raise InvalidRequest("epochs must be >= 1")
+    split = _split(opts, labels, num_classes)
+    config, mini_batch = _model_config(opts, g, int(arrays[2].shape[1]), num_classes)
+
+    torch.manual_seed(opts.seed)
+    model = build_model(config, dropout=opts.dropout, cached=not mini_batch)
+    optim = torch.optim.Adam(model.parameters(), lr=opts.lr, weight_decay=opts.weight_decay)
+    class_weight = _class_weight(split, labels, num_classes)
+
+    def score(pred: np.ndarray, idx: np.ndarray) -> float:
+        if split.kind == "planetoid":
+            return accuracy(pred[idx], labels[idx])
+        return balanced_accuracy(pred[idx], labels[idx], num_classes)
+
+    if mini_batch:
+        steps = _mini_batch(opts, g, model, optim, arrays, split, class_weight, config.fanouts)
+    else:
+        steps = _full_batch(opts, g, model, optim, arrays, split, class_weight)
+    best_epoch, loss, pred = _fit(model, steps, score, split, opts.epochs)
     figures = {
-        "split": split_kind,
+        "split": split.kind,
         "seed": opts.seed,
         "epochs": opts.epochs,
-        "best_epoch": best[1],
+        "best_epoch": best_epoch,
         "lr": opts.lr,
         "weight_decay": opts.weight_decay,
         "dropout": opts.dropout,

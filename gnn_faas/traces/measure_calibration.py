@@ -36,9 +36,10 @@ from gnn_faas.errors import InvalidRequest
 from gnn_faas.stack import Stack, prepare
 from gnn_faas.stack_memory import tree_memory
 from gnn_faas.storage.format import open_graph
+from gnn_faas.traces import azure2019
 from gnn_faas.traces.calibration import Calibration, fit_linear
-from gnn_faas.traces.replay import vertex_request
-from gnn_faas.traces.request_stream import khop_sets, request_order
+from gnn_faas.traces.replay import replay, vertex_request
+from gnn_faas.traces.request_stream import khop_sets, map_targets, request_order
 
 BURSTS = (2, 4, 8, 16, 32)
 
@@ -125,6 +126,80 @@ def full_fetch_seconds(store: str, graph_name: str, repeats: int = 3) -> tuple[f
     return float(statistics.median(times)), size / 2**20
 
 
+def deployment(base: ServingConfig, graph: str, slo_s: float, memory_mb: int, compute_mb: int,
+               max_instances: int, min_instances: int, keep_alive_s: float) -> dict:  # fmt: skip
+    """The stack's config: one graph-sharing model with the deployment's sizes and caps."""
+    return {
+        "store": base.store,
+        "platform": {
+            "memory_function_mb": memory_mb,
+            "compute_function_mb": compute_mb,
+            "max_memory_instances": max_instances,
+            "max_compute_instances": max_instances,
+            "min_instances": min_instances,
+            "keep_alive_s": keep_alive_s,
+        },
+        "models": [{"name": graph, "graph": graph, "dataset": graph,
+                    "checkpoint": str(base.checkpoint_dir(base.models[0])),
+                    "slo_s": slo_s, "mode": "graph_sharing"}],
+    }  # fmt: skip
+
+
+def startup_figures(stack: Stack) -> tuple[dict[str, list[float]], list[float]]:
+    """``(cold starts by kind, memory functions' RSS MiB)`` of the start-up launches,
+    from the platform's metering and the warm memory function's process tree."""
+    cold: dict[str, list[float]] = {"memory": [], "compute": []}
+    rss = []
+    for inst in stack.status()["instances"]:
+        kind = inst["spec"]["kind"]
+        if inst.get("cold_start_s") is not None and kind in cold:
+            cold[kind].append(float(inst["cold_start_s"]))
+        if kind == "memory" and inst.get("pid"):
+            rss.append(tree_memory(int(inst["pid"]))[0] / 2**20)
+    if not cold["memory"] or not cold["compute"]:
+        raise InvalidRequest("the stack reported no measured cold starts")
+    return cold, rss
+
+
+def single_and_burst_executions(
+    stack: Stack, session: Any, graph: str, targets: list[int], sets: Any, singles: int,
+    repeats: int,
+) -> tuple[list, list[dict], int]:  # fmt: skip
+    """``(samples, answers' parameters, targets used)``: ``singles`` requests one at
+    a time, then ``repeats`` rounds of bursts of :data:`BURSTS` concurrent ones."""
+    samples: list[tuple[int, float]] = []
+    stages: list[dict] = []
+    for _ in range(3):  # warm connections and caches, not recorded
+        _post(session, stack.url, graph, targets[0])
+    k = 0
+    for _ in range(singles):
+        stages.append(_post(session, stack.url, graph, targets[k]))
+        samples += _executions(stages[-1:], [targets[k]], sets)
+        k += 1
+    with ThreadPoolExecutor(max_workers=max(BURSTS)) as pool:
+        for _ in range(repeats):
+            for b in BURSTS:
+                ts = targets[k : k + b]
+                k += b
+                params = list(pool.map(lambda t: _post(session, stack.url, graph, t), ts))
+                samples += _executions(params, ts, sets)
+                stages += params
+                time.sleep(0.3)
+    return samples, stages, k
+
+
+def trace_executions(
+    stack: Stack, g: Any, graph: str, order: np.ndarray, offset: int, layers: int, trace_s: float
+) -> tuple[list, list[dict]]:
+    """Executions under a real arrival pattern: ``trace_s`` seconds of the busiest
+    Azure 2019 function at its own rate, so contention is part of the measurement."""
+    tr = azure2019.load(rank=0, start_minute=60, minutes=1).window(0.0, trace_s)
+    tt = map_targets(order, tr.requests, offset=offset)
+    extra_sets = khop_sets(g, np.unique(tt), layers)
+    res = replay(stack.url, graph, tr.arrivals, tt)
+    return replay_executions(res, tt, extra_sets, np.ones(tr.requests, bool)), res.parameters
+
+
 def calibrate(
     *,
     graph: str = "bitcoin-otc",
@@ -151,65 +226,18 @@ def calibrate(
     need = singles + sum(BURSTS) * repeats
     targets_all = [int(v) for v in order[:need]]
     sets = khop_sets(g, np.unique(order[:need]), layers)
-    config = {
-        "store": base.store,
-        "platform": {
-            "memory_function_mb": memory_mb,
-            "compute_function_mb": compute_mb,
-            "max_memory_instances": max_instances,
-            "max_compute_instances": max_instances,
-            "min_instances": min_instances,
-            "keep_alive_s": keep_alive_s,
-        },
-        "models": [{"name": graph, "graph": graph, "dataset": graph,
-                    "checkpoint": str(base.checkpoint_dir(base.models[0])),
-                    "slo_s": slo_s, "mode": "graph_sharing"}],
-    }  # fmt: skip
-    samples: list[tuple[int, float]] = []
-    stages: list[dict] = []  # every answer's parameters (aggregate_ms, update_ms)
+    config = deployment(base, graph, slo_s, memory_mb, compute_mb, max_instances,
+                        min_instances, keep_alive_s)  # fmt: skip
     with Stack(config) as stack, requests.Session() as session:
-        status = stack.status()
-        cold = {"memory": [], "compute": []}
-        rss = []
-        for inst in status["instances"]:
-            kind = inst["spec"]["kind"]
-            if inst.get("cold_start_s") is not None and kind in cold:
-                cold[kind].append(float(inst["cold_start_s"]))
-            if kind == "memory" and inst.get("pid"):
-                rss.append(tree_memory(int(inst["pid"]))[0] / 2**20)
-        if not cold["memory"] or not cold["compute"]:
-            raise InvalidRequest("the stack reported no measured cold starts")
+        cold, rss = startup_figures(stack)
         log(f"cold starts: {cold}; memory function RSS {rss} MiB")
-        for _ in range(3):  # warm connections and caches, not recorded
-            _post(session, stack.url, graph, targets_all[0])
-        k = 0
-        for _ in range(singles):
-            t = targets_all[k]
-            stages.append(_post(session, stack.url, graph, t))
-            samples += _executions(stages[-1:], [t], sets)
-            k += 1
-        with ThreadPoolExecutor(max_workers=max(BURSTS)) as pool:
-            for _ in range(repeats):
-                for b in BURSTS:
-                    ts = targets_all[k : k + b]
-                    k += b
-                    params = list(pool.map(lambda t: _post(session, stack.url, graph, t), ts))
-                    samples += _executions(params, ts, sets)
-                    stages += params
-                    time.sleep(0.3)
+        samples, stages, k = single_and_burst_executions(
+            stack, session, graph, targets_all, sets, singles, repeats
+        )
         if trace_s > 0:
-            # executions under a real arrival pattern: the busiest Azure 2019
-            # function at its own rate, so contention is part of the measurement
-            from gnn_faas.traces import azure2019
-            from gnn_faas.traces.replay import replay
-            from gnn_faas.traces.request_stream import map_targets
-
-            tr = azure2019.load(rank=0, start_minute=60, minutes=1).window(0.0, trace_s)
-            tt = map_targets(order, tr.requests, offset=k)
-            extra_sets = khop_sets(g, np.unique(tt), layers)
-            res = replay(stack.url, graph, tr.arrivals, tt)
-            samples += replay_executions(res, tt, extra_sets, np.ones(tr.requests, bool))
-            stages += res.parameters
+            more, params = trace_executions(stack, g, graph, order, k, layers, trace_s)
+            samples += more
+            stages += params
         log(f"{len(samples)} executions measured")
     share = memory_share(stages)
     log(f"memory share of instance time: {share:.3f}")
