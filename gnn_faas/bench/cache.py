@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import resource
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,12 @@ from gnn_faas.errors import InvalidRequest
 from gnn_faas.functions.feature_cache import CachePolicy, FeatureCache
 from gnn_faas.storage.fetcher import KHopFetcher
 from gnn_faas.storage.format import open_graph
+from gnn_faas.storage.workload_metrics import (
+    DEFAULT_HALF_LIFE,
+    DEFAULT_UNIFORM_MIX,
+    fap,
+    request_distribution,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -120,7 +127,8 @@ def parse_fanouts(text: str | None, hops: int) -> list[int] | None:
     return fanouts
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def check_arguments(args: argparse.Namespace) -> list[str]:
+    """The priors to compare; a clear error for any argument out of range."""
     if not 0 < args.cache_fraction <= 1:
         raise InvalidRequest("--cache-fraction must be in (0, 1]")
     if args.requests < 1 or args.batch < 1 or args.hops < 1:
@@ -130,47 +138,68 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise InvalidRequest(f"--prior must list degree and/or fap, not {args.prior!r}")
     if not 0 < args.fap_history < 1:
         raise InvalidRequest("--fap-history must lie in (0, 1)")
-    fanouts = parse_fanouts(args.fanout, args.hops)
-    graph = open_graph(args.store, args.graph)
-    n = graph.num_nodes
+    return priors
+
+
+def replayed_order(
+    args: argparse.Namespace, graph: Any, priors: list[str]
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(FAP history, replayed targets, requests)``: with ``fap`` the first
+    ``--fap-history`` of the request order is history, never replayed; the rest
+    is replayed once, never cycled (``--order random``: shuffled)."""
     if not graph.has("request_order") or graph.info("request_order").shape[0] == 0:
         raise InvalidRequest(f"graph {graph.name!r} has no request order to replay")
     order = graph.read_blob("request_order").astype(np.int64)
     skip = int(args.fap_history * order.size) if "fap" in priors else 0
     history, order = order[:skip], order[skip:]
-    requests = min(args.requests, order.size // args.batch)  # the order once, never cycled
+    requests = min(args.requests, order.size // args.batch)
     order = order[: requests * args.batch]
     if requests < 1:
         raise InvalidRequest("no request left to replay after the FAP history")
     if args.order == "random":
         order = np.random.default_rng(args.seed).permutation(order)
+    return history, order, requests
+
+
+def fap_prior(
+    args: argparse.Namespace, graph: Any, fanouts: list[int] | None, history: np.ndarray,
+    order: np.ndarray,
+) -> tuple[np.ndarray, Callable[[int], np.ndarray] | None, float]:  # fmt: skip
+    """``(FAP from the history, refresh(i) or None, seconds to compute it)``;
+    ``refresh(i)``: FAP after the first ``i`` replayed requests too."""
+    indptr, indices = graph.read_blob("indptr"), graph.read_blob("indices")
+    hop_fanouts = fanouts if fanouts is not None else [-1] * args.hops
+
+    def fap_of(seen: np.ndarray) -> np.ndarray:
+        r = request_distribution(
+            graph.num_nodes, "request_order", seen, DEFAULT_HALF_LIFE, DEFAULT_UNIFORM_MIX
+        )
+        return fap(indptr, indices, hop_fanouts, r)
+
+    t0 = time.perf_counter()
+    score = fap_of(history)
+    seconds = time.perf_counter() - t0
+    if args.fap_refresh <= 0:
+        return score, None, seconds
+
+    def refresh(i: int) -> np.ndarray:
+        return fap_of(np.concatenate((history, order[: i * args.batch])))
+
+    return score, refresh, seconds
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    priors = check_arguments(args)
+    fanouts = parse_fanouts(args.fanout, args.hops)
+    graph = open_graph(args.store, args.graph)
+    n = graph.num_nodes
+    history, order, requests = replayed_order(args, graph, priors)
+    skip = history.size
     scores = {"degree": graph.read_blob("degree").astype(np.float64)}
     refresh = None
     t_fap = 0.0
     if "fap" in priors:
-        from gnn_faas.storage.workload_metrics import (
-            DEFAULT_HALF_LIFE,
-            DEFAULT_UNIFORM_MIX,
-            fap,
-            request_distribution,
-        )
-
-        indptr, indices = graph.read_blob("indptr"), graph.read_blob("indices")
-        hop_fanouts = fanouts if fanouts is not None else [-1] * args.hops
-
-        def fap_of(seen: np.ndarray) -> np.ndarray:
-            r = request_distribution(
-                n, "request_order", seen, DEFAULT_HALF_LIFE, DEFAULT_UNIFORM_MIX
-            )
-            return fap(indptr, indices, hop_fanouts, r)
-
-        t0 = time.perf_counter()
-        scores["fap"] = fap_of(history)
-        t_fap = time.perf_counter() - t0
-        if args.fap_refresh > 0:
-
-            def refresh(i: int) -> np.ndarray:  # FAP after the first i replayed requests
-                return fap_of(np.concatenate((history, order[: i * args.batch])))
+        scores["fap"], refresh, t_fap = fap_prior(args, graph, fanouts, history, order)
 
     rows = max(1, int(args.cache_fraction * n))
     fetcher = KHopFetcher(graph)

@@ -198,58 +198,10 @@ def infer_config(state: dict[str, Any], arch: str, **given: Any) -> ModelConfig:
     if given.get("num_layers") is not None and int(given["num_layers"]) != n:
         raise InvalidRequest(f"--layers {given['num_layers']} does not match the weights ({n})")
 
-    def shape(name: str) -> tuple[int, ...]:
-        if name not in state:
-            raise InvalidRequest(f"{arch} weights need {name!r}; found {sorted(state)[:8]} ...")
-        return tuple(state[name].shape)
-
     per = {k: _per_layer(given.get(k), n, "--" + k.replace("_", "-")) for k in PER_LAYER}
-    specs: list[LayerConfig] = []
-    in_dim = 0
-    for i in layers:
-        p = f"convs.{i}."
-        last = i == n - 1
-        kw: dict[str, Any] = {}
-        if arch == "gcn":
-            c, d_in = shape(p + "lin.weight")
-            kw["bias"] = p + "bias" in state
-        elif arch == "sage":
-            c, d_in = shape(p + "lin_l.weight")
-            kw |= {
-                "bias": p + "lin_l.bias" in state,
-                "root_weight": p + "lin_r.weight" in state,
-                "aggr": per["aggr"][i] if per["aggr"] else "mean",
-            }
-        elif arch == "gin":
-            h, d_in = shape(p + "nn.0.weight")
-            c = shape(p + "nn.2.weight")[0]
-            eps = float(state[p + "eps"].reshape(-1)[0]) if p + "eps" in state else None
-            want = per["eps"][i] if per["eps"] else None
-            if eps is not None and want is not None and float(want) != eps:
-                raise InvalidRequest(f"--eps {float(want)} does not match the weights ({eps:g})")
-            kw |= {"mlp_hidden": h, "eps": eps if eps is not None else float(want or 0.0)}
-        else:
-            att = shape(p + "att_src")
-            if len(att) != 3:
-                raise InvalidRequest(f"{p}att_src must be [1, heads, C], got {list(att)}")
-            heads, c = att[1], att[2]
-            d_in = shape(p + "lin.weight")[1]
-            if per["heads"] and int(per["heads"][i]) != heads:
-                shown = ",".join(str(int(state[f"convs.{j}.att_src"].shape[1])) for j in layers)
-                raise InvalidRequest(
-                    f"--heads {','.join(map(str, per['heads']))} does not match the weights "
-                    f"({shown})"
-                )
-            concat = _gat_concat(state, i, last, heads, c, per["concat"])
-            kw |= {
-                "heads": heads,
-                "concat": concat,
-                "bias": p + "bias" in state,
-                "negative_slope": float(per["negative_slope"][i]) if per["negative_slope"] else 0.2,
-            }
-        if i == 0:
-            in_dim = d_in
-        specs.append(LayerConfig(channels=c, **kw))
+    read = [_layer_from_weights(state, arch, i, layers, per) for i in layers]
+    specs = [spec for spec, _ in read]
+    in_dim = read[0][1]
     first = specs[0]
     inferred = {
         "num_layers": n,
@@ -287,6 +239,59 @@ def infer_config(state: dict[str, Any], arch: str, **given: Any) -> ModelConfig:
         raise InvalidRequest(f"weights must be floating point: {bad[:5]}")
     check_shapes(config, {k: tuple(v.shape) for k, v in state.items()}, "import")
     return config
+
+
+def _layer_from_weights(
+    state: dict[str, Any], arch: str, i: int, layers: list[int], per: dict[str, list | None]
+) -> tuple[LayerConfig, int]:
+    """``(settings, input width)`` of layer ``i`` read from its weights (``per``:
+    the per-layer values given, checked against them)."""
+
+    def shape(name: str) -> tuple[int, ...]:
+        if name not in state:
+            raise InvalidRequest(f"{arch} weights need {name!r}; found {sorted(state)[:8]} ...")
+        return tuple(state[name].shape)
+
+    p = f"convs.{i}."
+    last = i == len(layers) - 1
+    kw: dict[str, Any] = {}
+    if arch == "gcn":
+        c, d_in = shape(p + "lin.weight")
+        kw["bias"] = p + "bias" in state
+    elif arch == "sage":
+        c, d_in = shape(p + "lin_l.weight")
+        kw |= {
+            "bias": p + "lin_l.bias" in state,
+            "root_weight": p + "lin_r.weight" in state,
+            "aggr": per["aggr"][i] if per["aggr"] else "mean",
+        }
+    elif arch == "gin":
+        h, d_in = shape(p + "nn.0.weight")
+        c = shape(p + "nn.2.weight")[0]
+        eps = float(state[p + "eps"].reshape(-1)[0]) if p + "eps" in state else None
+        want = per["eps"][i] if per["eps"] else None
+        if eps is not None and want is not None and float(want) != eps:
+            raise InvalidRequest(f"--eps {float(want)} does not match the weights ({eps:g})")
+        kw |= {"mlp_hidden": h, "eps": eps if eps is not None else float(want or 0.0)}
+    else:
+        att = shape(p + "att_src")
+        if len(att) != 3:
+            raise InvalidRequest(f"{p}att_src must be [1, heads, C], got {list(att)}")
+        heads, c = att[1], att[2]
+        d_in = shape(p + "lin.weight")[1]
+        if per["heads"] and int(per["heads"][i]) != heads:
+            shown = ",".join(str(int(state[f"convs.{j}.att_src"].shape[1])) for j in layers)
+            raise InvalidRequest(
+                f"--heads {','.join(map(str, per['heads']))} does not match the weights ({shown})"
+            )
+        concat = _gat_concat(state, i, last, heads, c, per["concat"])
+        kw |= {
+            "heads": heads,
+            "concat": concat,
+            "bias": p + "bias" in state,
+            "negative_slope": float(per["negative_slope"][i]) if per["negative_slope"] else 0.2,
+        }
+    return LayerConfig(channels=c, **kw), d_in
 
 
 def _gat_concat(
