@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from gnn_faas.errors import InvalidRequest
+from gnn_faas.storage.fetcher import KHopFetcher
 
 
 @dataclass(frozen=True)
@@ -42,13 +44,9 @@ def khop_sets(
     graph: Any, vertices: np.ndarray, hops: int, fanouts: Sequence[int] | None = None
 ) -> KHopSets:
     """k-hop sets of ``vertices`` (unique ids) in ``graph`` (a store handle)."""
-    import scipy.sparse as sp
-
     vertices = np.asarray(vertices, dtype=np.int64)
     n = int(graph.num_nodes)
     if fanouts is not None and any(f is not None and f >= 0 for f in fanouts):
-        from gnn_faas.storage.fetcher import KHopFetcher
-
         fetcher = KHopFetcher(graph)
         sets = [np.unique(fetcher.fetch([int(v)], hops, fanouts).nodes) for v in vertices]
         indptr = np.concatenate([[0], np.cumsum([s.size for s in sets])]).astype(np.int64)
