@@ -162,10 +162,12 @@ def parse_new_vertices(
             raise InvalidRequest(
                 f"input 'features' has dimension {d}; the graph's features have {feature_dim}"
             )
-        features = _array(t, "features", (n, d), np.float64)
+        with np.errstate(over="ignore"):  # beyond FP32's range: inf, refused below
+            features = _array(t, "features", (n, d), np.float64).astype(np.float32)
         if not np.isfinite(features).all():
-            raise InvalidRequest("input 'features' must hold finite numbers")
-        features = features.astype(np.float32)
+            raise InvalidRequest(
+                "input 'features' must hold finite FP32 numbers (|x| <= 3.4028235e38)"
+            )
     edges = np.zeros((0, 2), np.int64)
     if "edges" in inputs:
         t = inputs["edges"]
