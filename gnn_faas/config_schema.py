@@ -6,7 +6,7 @@ it passes). Every violation is reported, each on one line naming the key path
 and what the key allows, e.g.::
 
     serving.yaml: gateway.port: 70000 is not allowed; allowed: integer in [0, 65535]
-    serving.yaml: models[0].fanouts[0]: -1 is not allowed; allowed: integer >= 1
+    serving.yaml: models[0].fanouts[0]: 0 is not allowed; allowed: -1 (all) or integer in [1, 1048576]
     serving.yaml: gateway: unknown key 'prot'; known: admission, ..., threads
 
 Types are strict: ``true`` is not an integer, ``1.0`` is not an integer (it is
@@ -178,7 +178,12 @@ MODEL = {
         "hidden": _int(1, 1 << 16),
         "epochs": _int(1, 1 << 20),
         "slo_s": _num(above=0, hi=_HOUR),
-        "fanouts": {"type": ["array", "null"], "items": _int(1, 1 << 20), "minItems": 1},
+        # per hop: neighbours sampled per vertex, or -1 for all of them (PyG's convention)
+        "fanouts": {
+            "type": ["array", "null"],
+            "items": {"anyOf": [{"const": -1, "description": "all"}, _int(1, 1 << 20)]},
+            "minItems": 1,
+        },
         "max_targets": _int(1, 1 << 24),
         "mode": _enum(MODES),
         "embeddings": _enum(EMBEDDINGS),
@@ -208,6 +213,11 @@ SCHEMA: dict[str, Any] = {
 
 def describe(schema: dict) -> str:
     """What a (sub)schema allows, in words: ``integer in [0, 65535]``, ``one of ...``."""
+    if "anyOf" in schema:
+        return " or ".join(describe(sub) for sub in schema["anyOf"])
+    if "const" in schema:
+        note = schema.get("description")
+        return repr(schema["const"]) + (f" ({note})" if note else "")
     if "enum" in schema:
         return "one of " + ", ".join(map(str, schema["enum"]))
     types = schema.get("type")

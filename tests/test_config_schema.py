@@ -55,7 +55,7 @@ def _bad_values(sub: dict) -> list:
     if "boolean" in types:
         return ["yes", 1]
     if "array" in types:
-        return [[-1, 5], "5", []]
+        return [[0, 5], [5, -2], ["5"], "5", []]
     if "string" in types:
         bad = [5, ["a"]]
         if sub.get("minLength") or "pattern" in sub:
