@@ -22,6 +22,7 @@ BENCHMARKS = {
     "srpe": "precomputed embeddings with selective recomputation vs exact serving (OMEGA)",
     "overload": "stepped open-loop load: honest SLO counts, shedding, RSS per step",
     "soak": "steady open-loop load for minutes: RSS slope per process after warm-up",
+    "slowclients": "idle and slow-body connections held against a gateway; RSS after big bodies",
 }
 
 
