@@ -25,6 +25,10 @@ respawn: the container then exits and its platform sees the failure (Docker's
 that fails to start (a :class:`~gnn_faas.errors.GnnFaasError`) prints one line,
 the worker exits with :data:`BOOT_ERROR_EXIT`, gunicorn halts and :func:`serve`
 returns 2.
+
+An instance started by a platform with an owner lease (``GNN_FAAS_OWNER_LEASE``
+in its environment) watches it from the master and stops itself (SIGTERM)
+once the lease lapses: its gateway is gone (scheduler/platform/owner_lease.py).
 """
 
 from __future__ import annotations
@@ -116,6 +120,10 @@ class FactoryApplication(BaseApplication):
 
     # -- hooks ---------------------------------------------------------------------
     def _when_ready(self, server) -> None:
+        # the master of a function instance ends itself once its gateway's lease lapses
+        from gnn_faas.scheduler.platform.owner_lease import watch_from_env
+
+        watch_from_env()
         for listener in server.LISTENERS:
             host, port = listener.sock.getsockname()[:2]
             print(

@@ -19,6 +19,7 @@ def factory():
         body = request.get_data()
         return jsonify({"bytes": len(body), "head": body[:16].decode("latin-1")})
 
+    @app.get("/v2/health/ready")
     @app.get("/ping")
     def ping():
         return jsonify({"ok": True})
