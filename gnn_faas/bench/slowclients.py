@@ -170,8 +170,8 @@ def _load(url: str, model: str, graph, rate: float, seconds: float, seed: int) -
 def _big_body(k: int, nbytes: int, model: str, dim: int) -> tuple[bytes, dict]:
     """A JSON ``targets`` list (even k) or binary FP32 features (odd k) of ``nbytes``."""
     if k % 2 == 0:
-        n = nbytes // 8
-        ids = np.arange(n, dtype=np.int64) % 1000
+        n = nbytes // 7
+        ids = 1_000_000 + np.arange(n, dtype=np.int64) % 9_000_000  # 7 digits and a comma
         data = ",".join(map(str, ids.tolist()))[: nbytes - 120].rsplit(",", 1)[0]
         count = data.count(",") + 1
         tensor = f'{{"name":"targets","datatype":"INT64","shape":[{count}],"data":[{data}]}}'

@@ -104,6 +104,10 @@ def _up(args: argparse.Namespace) -> int:
 
         raise InvalidRequest(f"--port: {args.port} is not allowed; allowed: integer in [0, 65535]")
     config = load_config(args.config)
+    if args.config:  # error hints name the command with this config (storage/embeddings.py)
+        import os
+
+        os.environ["GNN_FAAS_CONFIG"] = str(Path(args.config).resolve())
     gw = config.gateway
     if args.host or args.port is not None:
         gw = dataclasses.replace(
