@@ -38,23 +38,33 @@ An idle kept-alive connection costs one registered socket and an empty buffer;
 a reading one, its bytes so far. Writes are bounded by ``SO_SNDTIMEO``
 (``send_timeout_s``): a client that never reads its answer frees the thread.
 
-Why this and not another server (``gnn-faas bench slowclients``; 1,000 idle +
-200 slow-body connections held 60 s against the gateway on a 2-core machine,
-shared with other work, so the figures are indicative):
+Why this and not another server. ``gnn-faas bench slowclients --json`` (1,000
+idle + 200 slow-body sockets held 60 s, replaced when closed; 10 requests/s of
+normal load; 32 gateway threads; Bitcoin OTC GCN; loopback; a 2-core machine
+shared with other work, so indicative):
 
-- stock gthread (32 threads): see the figures recorded in the commit that
-  added this worker: the attack stops service (requests time out);
-- this worker: the attack costs nothing visible (figures in the same commit);
-- gevent / eventlet workers would monkey-patch ``threading`` in a process whose
-  data plane runs real threads (timers, dispatch pools, the requests session)
-  and whose compute function runs torch: every numpy/torch call then blocks the
-  whole hub, and a greenlet reading a slow body is cheap but inference would no
-  longer overlap;
-- uvicorn/hypercorn with a WSGI adapter: a second server stack (asyncio, a new
-  process model, new hooks for post-fork torch threads and worker-death exits)
-  for what is a 300-line change of who reads the socket; uvicorn has no header
-  read deadline at all, and a2wsgi streams the body to the WSGI thread, which
-  then waits on the slow client.
+=====================  ===============  =========================================
+front                  baseline p50/99  under attack
+=====================  ===============  =========================================
+stock gthread          302 / 769 ms     601 of 601 requests failed (30 s client
+                                        timeout); 1,584 sockets held, 1,000
+                                        closed by the server (968 late), slow
+                                        bodies never
+this worker            281 / 489 ms     p50 264 ms, p99 482 ms, 0 errors; 6,400
+                                        held, 6,400 closed by the server, 0 late
+=====================  ===============  =========================================
+
+Not measured here, for these reasons:
+
+- gevent / eventlet workers monkey-patch ``threading`` in a process whose data
+  plane runs real threads (timers, dispatch pools, a requests session) and, in
+  the compute function, torch: each numpy or torch call would block the whole
+  hub, so requests would stop overlapping;
+- uvicorn or hypercorn with a WSGI adapter: a second server stack (asyncio, a
+  new process model, new hooks for post-fork torch threads and worker-death
+  exits) where the problem is only who reads the socket; uvicorn has no header
+  read deadline, and a2wsgi streams the body into the WSGI thread, which then
+  waits on the slow client again.
 """
 
 from __future__ import annotations
