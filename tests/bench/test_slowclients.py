@@ -25,7 +25,7 @@ def test_small_attack_is_survived_and_every_held_socket_closed(tmp_path, capsys)
         ]
     )  # fmt: skip
     assert code == 0
-    out = json.loads(capsys.readouterr().out)
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])  # after prepare's lines
     assert set(out) >= {"baseline", "under_attack", "rss_mib"}
     assert set(out["baseline"]) >= {"p50_ms", "p99_ms", "errors"}
     attack = out["under_attack"]
