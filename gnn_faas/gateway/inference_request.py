@@ -331,6 +331,11 @@ def parse_infer_request(
 # -- responses --------------------------------------------------------------------
 
 
+def _not_json(token: str):
+    """``json.loads`` takes ``NaN`` and ``Infinity``; JSON (RFC 8259) does not."""
+    raise InvalidRequest(f"malformed JSON: {token} is not a JSON number")
+
+
 class NonFiniteResult(GnnFaasError):
     """A result holding NaN or infinity: answered 500 and logged, never sent."""
 
@@ -463,7 +468,7 @@ def _load_body(
         if not body.strip():
             raise InvalidRequest("malformed JSON: the body is empty")
         try:
-            body = json.loads(body)
+            body = json.loads(body, parse_constant=_not_json)
         except json.JSONDecodeError as exc:
             hint = ""
             if exc.msg == "Extra data":

@@ -79,7 +79,7 @@ def split_new_vertex_inputs(body: Any) -> tuple[Any, dict[str, dict[str, Any]]]:
                     f"input {t['name']!r} must carry JSON 'data' (binary tensor data is "
                     "supported for the other inputs only)"
                 )
-        new_header = json.dumps(rest).encode()
+        new_header = json.dumps(rest, allow_nan=False).encode()
         return RawInferRequest(new_header + tail, len(new_header)), found
     doc: Any = body
     if isinstance(body, (bytes, bytearray, memoryview, str)):
@@ -87,7 +87,7 @@ def split_new_vertex_inputs(body: Any) -> tuple[Any, dict[str, dict[str, Any]]]:
         if b'"features"' not in raw and b'"edges"' not in raw:
             return body, {}  # the common case: no second JSON parse
         try:
-            doc = json.loads(raw)
+            doc = json.loads(raw, parse_constant=_refuse_constant)
         except (ValueError, UnicodeDecodeError, RecursionError):
             return body, {}  # the OIP parser says what is wrong
     if not isinstance(doc, Mapping) or not isinstance(doc.get("inputs"), list):
@@ -218,3 +218,7 @@ def new_vertex_parameters(num_nodes: int, limits: NewVertexLimits) -> dict[str, 
         "max_new_vertices": limits.max_vertices,
         "max_new_edges": limits.max_edges,
     }
+
+
+def _refuse_constant(token: str):
+    raise ValueError(f"{token} is not JSON")  # the OIP parser then says so
