@@ -20,6 +20,9 @@ A ``gnn-faas up`` stack on loopback (local platform), then three phases:
    being read), polled for up to 60 s until it is within 2x idle (the value
    when it got there, else the last one).
 
+``front``: the gateway's own counts after the attack (``/v1/status``): requests
+ended by a deadline (408), connections refused over the cap, framing errors.
+
 Targets: under attack p99 <= 1 s and 0 errors, ``closed_by_server == held``
 (with ``closed_late == 0``); ``after_big_bodies <= 2 * idle``.
 
@@ -303,6 +306,7 @@ def run(args: argparse.Namespace) -> dict:
             max_lifetime_s=round(max(attack.lifetimes), 2) if attack.lifetimes else None,
         )
         out["under_attack"] = under
+        out["front"] = stack.status().get("front", {})  # the gateway's own counts
         rss = _rss_after_big_bodies(
             stack, args.graph, graph.manifest.feature_dim, args.big_bodies, args.big_mib
         )

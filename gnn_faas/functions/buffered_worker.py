@@ -107,6 +107,8 @@ class FrontSettings:
 
 
 _settings = FrontSettings()
+# what the front refused or ended in this worker process (written by its event loop only)
+_counts = {"refused": 0, "timed_out": 0, "framing_errors": 0, "requests": 0}
 
 
 def configure(settings: FrontSettings) -> None:
@@ -117,6 +119,16 @@ def configure(settings: FrontSettings) -> None:
 
 def settings() -> FrontSettings:
     return _settings
+
+
+def front_stats() -> dict:
+    """This worker's front: connections refused over the cap, requests ended by a
+    deadline (408), framing errors answered (400/413/431), requests handed to the
+    thread pool; with the limits in force. Empty counts outside such a worker."""
+    return {**_counts, "max_connections": _settings.max_connections,
+            "header_timeout_s": _settings.header_timeout_s,
+            "body_timeout_s": _settings.body_timeout_s,
+            "keepalive_s": _settings.keepalive_s}  # fmt: skip
 
 
 class FramingError(Exception):
@@ -270,8 +282,6 @@ class BufferedWorker(ThreadWorker):
         super().__init__(*args, **kwargs)
         self.front = settings()
         self.reading: dict[BufferedConn, None] = {}
-        self.refused = 0
-        self.timed_out = 0
         self._last_sweep = 0.0
 
     def init_process(self):
@@ -302,7 +312,7 @@ class BufferedWorker(ThreadWorker):
             self._watch(conn)
 
     def _refuse(self, sock: socket.socket) -> None:
-        self.refused += 1
+        _counts["refused"] += 1
         try:
             sock.setblocking(False)
             sock.send(
@@ -387,6 +397,7 @@ class BufferedWorker(ThreadWorker):
                     return
                 self._dispatch(conn)
         except FramingError as exc:
+            _counts["framing_errors"] += 1
             self._answer_and_close(conn, exc.status, str(exc))
 
     def _dispatch(self, conn: BufferedConn) -> None:
@@ -399,6 +410,7 @@ class BufferedWorker(ThreadWorker):
             data = bytes(conn.buf[:need])
             del conn.buf[:need]
         conn.request_bytes = need
+        _counts["requests"] += 1
         conn.parser = http.get_parser(self.cfg, MemorySource(data), conn.client)
         del data
         conn.reset()
@@ -427,7 +439,7 @@ class BufferedWorker(ThreadWorker):
             if conn.phase == "idle":
                 self._drop(conn)  # an idle kept-alive connection: nothing to answer
             else:
-                self.timed_out += 1
+                _counts["timed_out"] += 1
                 what = "header block" if conn.phase == "head" else "body"
                 self._answer_and_close(conn, 408, f"request {what} not received in time")
 

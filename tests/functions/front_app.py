@@ -24,6 +24,12 @@ def factory():
     def ping():
         return jsonify({"ok": True})
 
+    @app.get("/front")
+    def front():
+        from gnn_faas.functions.buffered_worker import front_stats
+
+        return jsonify(front_stats())
+
     @app.get("/nan")
     def nan():
         return jsonify({"x": float("nan")})

@@ -238,3 +238,13 @@ def test_a_non_finite_answer_is_a_json_500_never_nan(server):
     r = requests.get(f"http://{server[0]}:{server[1]}/nan", timeout=20)
     assert r.status_code == 500
     assert "NaN" not in r.text and r.json()["error"].startswith("internal error")
+
+
+def test_the_front_counts_what_it_refused(server):
+    """Runs last: the module's earlier tests refused, timed out and mis-framed."""
+    stats = requests.get(f"http://{server[0]}:{server[1]}/front", timeout=20).json()
+    assert stats["max_connections"] == CAP and stats["header_timeout_s"] == TIMEOUT_S
+    assert stats["refused"] >= 8  # the connections over the cap
+    assert stats["timed_out"] >= 2  # the slow body and the unfinished header block
+    assert stats["framing_errors"] >= 2  # the bad chunk size and the oversize body
+    assert stats["requests"] >= 5
