@@ -34,14 +34,10 @@ from typing import Any
 
 import yaml
 
+from gnn_faas.choices import CACHE_PRIORS, DEVICES, EMBEDDINGS, MODES, RECOMPUTE_POLICIES
+from gnn_faas.config_schema import validate
 from gnn_faas.errors import InvalidRequest
 from gnn_faas.paths import default_store, var_dir
-
-MODES = ("graph_sharing", "no_sharing", "request_centric")
-EMBEDDINGS = ("exact", "precomputed")
-RECOMPUTE_POLICIES = ("query_edge_ratio", "random", "importance")
-CACHE_PRIORS = ("degree", "fap")
-DEVICES = ("auto", "cpu", "cuda")
 
 
 @dataclass(frozen=True)
@@ -54,6 +50,13 @@ class GatewayConfig:
     # exceeds admission_headroom * SLO; admission: false admits everything
     admission: bool = True
     admission_headroom: float = 0.65
+    # the HTTP front (functions/buffered_worker.py): requests are read whole on an
+    # event loop before a thread takes them; "gthread" is stock gunicorn (a baseline)
+    front: str = "buffered"
+    max_connections: int = 2048  # open connections; one more is answered 503 at once
+    header_timeout_s: float = 10.0  # first byte -> end of the header block
+    body_timeout_s: float = 30.0  # end of the header block -> end of the body
+    keepalive_s: float = 30.0  # an idle kept-alive connection is closed after this
 
 
 @dataclass(frozen=True)
@@ -320,7 +323,9 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
 
 
 def load_config(path: str | Path | None = None) -> ServingConfig:
-    """The serving config from YAML ``path``, or the embedded default."""
+    """The serving config from YAML ``path``, or the embedded default. The
+    document is checked against :data:`gnn_faas.config_schema.SCHEMA` first:
+    every violation, one line each, in one :class:`InvalidRequest`."""
     if path is None:
         return ServingConfig()
     p = Path(path)
@@ -330,4 +335,5 @@ def load_config(path: str | Path | None = None) -> ServingConfig:
         data = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as exc:
         raise InvalidRequest(f"{p}: invalid YAML ({exc})") from None
+    validate(data, str(p))
     return from_dict(ServingConfig, data, str(p))

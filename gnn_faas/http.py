@@ -7,6 +7,8 @@
   JSON too, and an unexpected exception is a logged 500 ``{"error": ...}``
   (never an HTML page or a traceback on the wire), so one bad request never
   stops an instance from serving the next;
+- every JSON answer is strict JSON (:class:`StrictJSONProvider`: no NaN or
+  Infinity; such a value is a logged 500);
 - ``MAX_CONTENT_LENGTH`` bounds request bodies (413 beyond it);
 - a timing hook measures every request (``Server-Timing`` header and the
   :class:`RequestTimer` figures under ``app.extensions["gnn_faas_timer"]``).
@@ -22,6 +24,7 @@ import time
 from typing import Any
 
 from flask import Flask, Response, g, jsonify, request
+from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import HTTPException
 
 from gnn_faas.errors import GnnFaasError, InvalidRequest, http_headers, http_status
@@ -57,6 +60,15 @@ class RequestTimer:
             return {"requests": self.requests, "errors": self.errors, "seconds": self.seconds}
 
 
+class StrictJSONProvider(DefaultJSONProvider):
+    """Flask's JSON with ``allow_nan=False``: NaN or Infinity in an answer raises
+    (a logged 500) instead of producing a body that is not JSON."""
+
+    def dumps(self, obj: Any, **kwargs: Any) -> str:
+        kwargs.setdefault("allow_nan", False)
+        return super().dumps(obj, **kwargs)
+
+
 def error_response(message: str, status: int, headers: dict[str, str] | None = None) -> Response:
     resp = jsonify({"error": message})
     resp.status_code = status
@@ -67,12 +79,15 @@ def error_response(message: str, status: int, headers: dict[str, str] | None = N
 def install(app: Flask, max_content_length: int = DEFAULT_MAX_BYTES) -> Flask:
     """Add JSON error handlers, the body size limit and the request timer to ``app``."""
     app.config["MAX_CONTENT_LENGTH"] = int(max_content_length)
+    app.json = StrictJSONProvider(app)
     app.json.sort_keys = False
     timer = RequestTimer()
     app.extensions["gnn_faas_timer"] = timer
 
     @app.errorhandler(GnnFaasError)
     def _gnn_faas_error(exc: GnnFaasError):
+        if http_status(exc) == 500:  # ours, not the client's: the log says why
+            log.error("error serving %s %s: %s", request.method, request.path, exc)
         return error_response(str(exc) or type(exc).__name__, http_status(exc), http_headers(exc))
 
     @app.errorhandler(HTTPException)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 PR_SET_PDEATHSIG = 1
 M_ARENA_MAX = -8  # mallopt parameter (glibc)
+M_MMAP_THRESHOLD = -3  # mallopt parameter (glibc)
 
 
 def _load_libc():
@@ -30,6 +31,7 @@ def _load_libc():
 _LIBC = _load_libc() if sys.platform.startswith("linux") else None
 _PRCTL = getattr(_LIBC, "prctl", None)
 _MALLOPT = getattr(_LIBC, "mallopt", None)
+_MALLOC_TRIM = getattr(_LIBC, "malloc_trim", None)
 
 
 def limit_malloc_arenas(arenas: int = 2) -> bool:
@@ -40,6 +42,25 @@ def limit_malloc_arenas(arenas: int = 2) -> bool:
     if _MALLOPT is None:
         return False
     return _MALLOPT(M_ARENA_MAX, int(arenas)) == 1
+
+
+def fix_mmap_threshold(nbytes: int = 1 << 20) -> bool:
+    """Serve every allocation of at least ``nbytes`` with its own ``mmap``
+    (``mallopt(M_MMAP_THRESHOLD)``), returned to the OS when freed. glibc's
+    default threshold is dynamic: each freed mmapped block raises it (up to
+    32 MiB), so after a few large request bodies the next ones come from the
+    heap, and the heap keeps its peak. Setting it fixes it."""
+    if _MALLOPT is None:
+        return False
+    return _MALLOPT(M_MMAP_THRESHOLD, int(nbytes)) == 1
+
+
+def malloc_trim() -> bool:
+    """Give glibc's free heap memory back to the OS (``malloc_trim(0)``); a few
+    milliseconds on a large heap: call after a large request, not after each."""
+    if _MALLOC_TRIM is None:
+        return False
+    return bool(_MALLOC_TRIM(0))
 
 
 def set_parent_death_signal(sig: int = signal.SIGKILL) -> bool:

@@ -21,7 +21,7 @@ import requests
 import yaml
 
 from gnn_faas.config import ModelServingConfig, ServingConfig
-from gnn_faas.errors import NotFound, Unavailable
+from gnn_faas.errors import GnnFaasError, NotFound, Unavailable
 from gnn_faas.health import probe_ready
 from gnn_faas.ports import free_port
 from gnn_faas.storage.datasets import ensure_dataset
@@ -47,7 +47,12 @@ def prepare(config, log=print) -> None:
                 "--layers", str(m.layers), "--hidden", str(m.hidden),
                 "--epochs", str(m.epochs), "--store", config.store, "--out", str(ckpt),
             ]  # fmt: skip
-            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+            done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            if done.returncode != 0:
+                last = (done.stderr or "").strip().splitlines()[-1:] or ["no message"]
+                raise GnnFaasError(
+                    f"training {m.arch} for {m.name!r} failed (exit {done.returncode}): {last[0]}"
+                )
 
 
 class Stack:

@@ -62,7 +62,7 @@ def encode_frame(
         if (arr.dtype.kind, arr.dtype.itemsize) not in _KINDS:
             raise InvalidRequest(f"tensor {name!r}: dtype {arr.dtype} cannot travel in a frame")
         flat[name] = np.ascontiguousarray(arr)
-    metadata = {"params": json.dumps(dict(params or {}), separators=(",", ":"))}
+    metadata = {"params": json.dumps(dict(params or {}), separators=(",", ":"), allow_nan=False)}
     return safetensors.numpy.save(flat, metadata=metadata)
 
 

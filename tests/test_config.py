@@ -23,11 +23,11 @@ def test_limits_section_from_yaml(tmp_path):
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("limits: {max_depth: 3}\n", "unknown key(s) ['max_depth']"),
-        ("limits: {max_inputs: 0}\n", "limits.max_inputs must be a positive integer"),
-        ("limits: {max_rank: true}\n", "limits.max_rank must be a positive integer"),
-        ("gateway: {max_body_bytes: 10}\n", "unknown key(s) ['max_body_bytes']"),
-        ("models: [{name: m, max_targets: 0}]\n", "max_targets must be a positive integer"),
+        ("limits: {max_depth: 3}\n", "limits: unknown key(s) 'max_depth'"),
+        ("limits: {max_inputs: 0}\n", "limits.max_inputs: 0 is not allowed; allowed: integer in"),
+        ("limits: {max_rank: true}\n", "limits.max_rank: True is not allowed; allowed: integer"),
+        ("gateway: {max_body_bytes: 10}\n", "gateway: unknown key(s) 'max_body_bytes'"),
+        ("models: [{name: m, max_targets: 0}]\n", "models[0].max_targets: 0 is not allowed"),
     ],
 )
 def test_bad_limits_are_clear_errors(tmp_path, text, message):

@@ -23,6 +23,7 @@ BENCHMARKS = {
     "overload": "stepped open-loop load: honest SLO counts, shedding, RSS per step",
     "soak": "steady open-loop load for minutes: RSS slope per process after warm-up",
     "live-vs-sim": "one trace window live and simulated: p50, p99, GB-s, sharing and ratios",
+    "slowclients": "idle and slow-body connections held against a gateway; RSS after big bodies",
 }
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -59,12 +60,21 @@ def _up(args: argparse.Namespace) -> int:
     import dataclasses
 
     from gnn_faas.config import load_config
+    from gnn_faas.functions.buffered_worker import FrontSettings
     from gnn_faas.functions.gunicorn_runner import ServerConfig, serve
     from gnn_faas.logs import configure_logging
     from gnn_faas.stack import prepare
 
     configure_logging(args.log_level)
+    if args.port is not None and not 0 <= args.port <= 65535:
+        from gnn_faas.errors import InvalidRequest
+
+        raise InvalidRequest(f"--port: {args.port} is not allowed; allowed: integer in [0, 65535]")
     config = load_config(args.config)
+    if args.config:  # error hints name the command with this config (storage/embeddings.py)
+        import os
+
+        os.environ["GNN_FAAS_CONFIG"] = str(Path(args.config).resolve())
     gw = config.gateway
     if args.host or args.port is not None:
         gw = dataclasses.replace(
@@ -108,11 +118,20 @@ def _up(args: argparse.Namespace) -> int:
         threads=gw.threads,
         timeout=max(30, int(gw.request_timeout_s) * 2),
         graceful_timeout=15,
-        # the accept stamp starts each request's latency (gateway/accept_clock.py)
-        extra={
-            "worker_exit": worker_exit,
-            "worker_class": "gnn_faas.gateway.accept_clock.AcceptStampWorker",
-        },
+        keepalive=max(1, round(gw.keepalive_s)),
+        # the stamp of a request's first byte starts its latency (gateway/accept_clock.py)
+        worker_class="gnn_faas.gateway.accept_clock.AcceptStampWorker"
+        if gw.front == "buffered"
+        else "gthread",
+        front=FrontSettings(
+            max_connections=gw.max_connections,
+            header_timeout_s=gw.header_timeout_s,
+            body_timeout_s=gw.body_timeout_s,
+            keepalive_s=gw.keepalive_s,
+            max_body_bytes=config.limits.max_body_bytes,
+            trim_after_bytes=1 << 20,
+        ),
+        extra={"worker_exit": worker_exit},
     )
     return serve(factory, server)
 

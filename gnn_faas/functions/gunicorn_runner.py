@@ -3,8 +3,13 @@
 The factory is called in each *worker*, never in the master (no
 ``preload_app``): a compute worker initialises torch (and CUDA, which does not
 survive a fork) in its own process, and the master stays a small supervisor
-that imports neither the app nor numpy. Workers are ``gthread`` (a few
-threads each: health checks and stats stay responsive while a request runs).
+that imports neither the app nor numpy. Workers are
+:class:`~gnn_faas.functions.buffered_worker.BufferedWorker` (gthread's thread
+pool behind an event loop that reads each request whole, with header and body
+deadlines and a connection cap: a slow or idle client never holds a thread; a
+few threads each, so health checks and stats stay responsive while a request
+runs). ``ServerConfig.front`` sets its limits; ``worker_class="gthread"`` gives
+stock gunicorn (the baseline of ``gnn-faas bench slowclients``).
 
 A ``post_fork`` callback runs in the worker before the factory: the compute
 function sets its torch thread count there. When the sockets are bound the
@@ -20,6 +25,10 @@ respawn: the container then exits and its platform sees the failure (Docker's
 that fails to start (a :class:`~gnn_faas.errors.GnnFaasError`) prints one line,
 the worker exits with :data:`BOOT_ERROR_EXIT`, gunicorn halts and :func:`serve`
 returns 2.
+
+An instance started by a platform with an owner lease (``GNN_FAAS_OWNER_LEASE``
+in its environment) watches it from the master and stops itself (SIGTERM)
+once the lease lapses: its gateway is gone (scheduler/platform/owner_lease.py).
 """
 
 from __future__ import annotations
@@ -32,6 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
+
+from gnn_faas.functions.buffered_worker import FrontSettings, configure
 
 BOOT_ERROR_EXIT = 3  # gunicorn's WORKER_BOOT_ERROR: the arbiter halts with it
 WORKER_DEATH_EXIT = 137  # 128 + SIGKILL: what an OOM-killed container reports
@@ -48,6 +59,8 @@ class ServerConfig:
     graceful_timeout: int = 10
     keepalive: int = 30  # keep connections to the gateway open between calls
     loglevel: str = "warning"
+    worker_class: str = "gnn_faas.functions.buffered_worker.BufferedWorker"
+    front: FrontSettings = field(default_factory=FrontSettings)
     extra: dict[str, Any] = field(default_factory=dict)  # any other gunicorn setting
 
 
@@ -69,11 +82,15 @@ class FactoryApplication(BaseApplication):
 
     def load_config(self) -> None:
         c = self.server_config
+        front = c.front
+        configure(front)  # in the master: the workers fork with it
+        raise_fd_limit(front.max_connections + 256)
         settings = {
             "bind": [f"{c.host}:{c.port}"],
             "workers": c.workers,
-            "worker_class": "gthread",
+            "worker_class": c.worker_class,
             "threads": c.threads,
+            "worker_connections": front.max_connections + c.threads,
             "timeout": c.timeout,
             "graceful_timeout": c.graceful_timeout,
             "keepalive": c.keepalive,
@@ -103,6 +120,10 @@ class FactoryApplication(BaseApplication):
 
     # -- hooks ---------------------------------------------------------------------
     def _when_ready(self, server) -> None:
+        # the master of a function instance ends itself once its gateway's lease lapses
+        from gnn_faas.owner_lease import watch_from_env
+
+        watch_from_env()
         for listener in server.LISTENERS:
             host, port = listener.sock.getsockname()[:2]
             print(
@@ -132,17 +153,34 @@ class FactoryApplication(BaseApplication):
     def _post_fork(self, server, worker) -> None:
         # a worker dies with its master, even a SIGKILLed one (no orphans)
         from gnn_faas.parent_death import (
+            fix_mmap_threshold,
             limit_malloc_arenas,
             set_parent_death_signal,
         )
 
         set_parent_death_signal(signal.SIGTERM)
+        if self.server_config.front.trim_after_bytes:
+            # large bodies in their own mappings, unmapped when freed (see fix_mmap_threshold)
+            fix_mmap_threshold(1 << 20)
         if self.server_config.role != "gateway":
             # a function's few threads x varying buffers: bounded fragmentation (the
             # gateway's many threads would contend for two arenas)
             limit_malloc_arenas(2)
         if self.post_fork_hook is not None:
             self.post_fork_hook(server, worker)
+
+
+def raise_fd_limit(wanted: int) -> int:
+    """Raise this process's soft ``RLIMIT_NOFILE`` towards ``wanted`` (at most the
+    hard limit; the workers inherit it): each connection is a descriptor."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        return target
+    return soft
 
 
 def serve(

@@ -35,9 +35,9 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from gnn_faas.choices import ARCHS
 from gnn_faas.errors import InvalidRequest
 
-ARCHS = ("gcn", "sage", "gin", "gat")
 SAGE_AGGRS = ("mean", "max")
 TASKS = ("vertex", "embedding", "edge", "graph")
 CONFIG_FORMAT = "gnn-faas-model"

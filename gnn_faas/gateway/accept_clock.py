@@ -1,22 +1,23 @@
 """When the server took a request in: the start of its latency.
 
 A request's latency, as its client sees it, starts before the handler runs:
-under load it waits in the kernel's accept queue (until the worker's main
-loop accepts the connection) and then in gunicorn's queue for a free thread.
-gunicorn's ``gthread`` worker accepts a connection on its main thread and
-queues it for the thread pool (a keep-alive connection is queued again when
-its next request makes it readable); :class:`AcceptStampWorker` stamps the
-connection at that moment, backdated by the kernel's own record of the wait:
-``TCP_INFO.tcpi_last_data_recv``, the milliseconds since the socket last
-received data (the request's bytes, for a connection queued in the backlog)::
+under load it waits in the kernel (until the worker's event loop reads it) and
+then in gunicorn's queue for a free thread. The gateway's worker
+(:class:`~gnn_faas.functions.buffered_worker.BufferedWorker`) reads every request
+whole on its event loop before a thread takes it; :class:`AcceptStampWorker`
+stamps the request when its first byte is read, backdated by the kernel's own
+record of the wait: ``TCP_INFO.tcpi_last_data_recv``, the milliseconds since the
+socket last received data (the request's bytes, for a connection queued in the
+backlog)::
 
     queued_at = time.monotonic() - tcpi_last_data_recv / 1000
 
 (clamped to ``[now - 60 s, now]``; plain ``now`` where ``TCP_INFO`` is not
-available). While a pool thread handles the connection the stamp is published
-to that thread; the data plane reads it with :func:`accepted_at` and counts
-latency and SLO violations from there (``time.monotonic()`` is the clock of
-:class:`~gnn_faas.clock.RealClock`).
+available). The time a client takes to send its body counts as latency too, as
+it does for the client. While a pool thread handles the request the stamp is
+published to that thread; the data plane reads it with :func:`accepted_at` and
+counts latency and SLO violations from there (``time.monotonic()`` is the clock
+of :class:`~gnn_faas.clock.RealClock`).
 
 Outside such a worker (tests, an in-process gateway) :func:`accepted_at` is
 ``None`` and callers use the time the handler started.
@@ -31,7 +32,7 @@ import struct
 import threading
 import time
 
-from gunicorn.workers.gthread import ThreadWorker
+from gnn_faas.functions.buffered_worker import BufferedWorker
 
 _current = threading.local()
 _TCP_INFO = getattr(socket, "TCP_INFO", None)
@@ -56,12 +57,11 @@ def accepted_at() -> float | None:
     return getattr(_current, "queued_at", None)
 
 
-class AcceptStampWorker(ThreadWorker):
-    """gthread worker that stamps each request when it is queued for a thread."""
+class AcceptStampWorker(BufferedWorker):
+    """Buffering worker that stamps each request when its first byte is read."""
 
-    def enqueue_req(self, conn) -> None:
+    def on_request_start(self, conn) -> None:
         conn.gnn_faas_queued_at = time.monotonic() - kernel_wait_s(conn.sock)
-        super().enqueue_req(conn)
 
     def handle(self, conn):
         _current.queued_at = getattr(conn, "gnn_faas_queued_at", None)

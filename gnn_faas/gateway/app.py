@@ -27,6 +27,7 @@ from flask import Flask, Response, jsonify, request
 
 from gnn_faas import __version__
 from gnn_faas.errors import InvalidRequest
+from gnn_faas.functions.buffered_worker import front_stats
 from gnn_faas.gateway.data_plane import DataPlane
 from gnn_faas.gateway.inference_request import HEADER_LENGTH, RawInferRequest
 from gnn_faas.gateway.openapi import build_openapi
@@ -96,7 +97,9 @@ def create_gateway_app(plane: DataPlane) -> Flask:
                     window[key] = float(request.args[key])
                 except ValueError:
                     raise InvalidRequest(f"{key} must be a number (monotonic seconds)") from None
-        return jsonify(plane.status(window.get("window_start"), window.get("window_end")))
+        doc = plane.status(window.get("window_start"), window.get("window_end"))
+        doc["front"] = front_stats()  # the HTTP front: refused, timed out, framing errors
+        return jsonify(doc)
 
     @app.after_request
     def log_request(resp):

@@ -282,6 +282,11 @@ class ModelRuntime:
         if accepted_at is None:
             stamp = accept_clock.accepted_at() if isinstance(self.clock, RealClock) else None
             accepted_at = self.clock.now() if stamp is None else stamp
+        try:  # the cheap checks (parse, shape, ids) first: a 503 means only "valid, not now"
+            parsed = self._parse(body)
+        except Exception:
+            self.metrics.requests.labels(self.name, "unknown", "error").inc()
+            raise
         decision = self.admission.decide(accepted_at)
         if not decision.admit:
             self.metrics.shed.labels(self.name).inc()
@@ -293,9 +298,9 @@ class ModelRuntime:
                 f"retry after {decision.retry_after_s} s",
                 decision.retry_after_s,
             )
-        kind = "unknown"  # the kind is known only once the body parsed
+        kind = parsed[0].kind
         try:
-            result, kind, latency, queued = self._infer(body, accepted_at)
+            result, kind, latency, queued = self._infer(parsed, accepted_at)
         except Exception:
             self.admission.done(None)
             self.metrics.requests.labels(self.name, kind, "error").inc()
@@ -304,15 +309,10 @@ class ModelRuntime:
         self.metrics.requests.labels(self.name, kind, "ok").inc()
         return result
 
-    def _infer(
-        self, body: bytes | dict | RawInferRequest, accepted_at: float
-    ) -> tuple[InferResponse, str, float, float]:
-        """The answer, the request kind, its latency and time queued (seconds)."""
-        t0 = time.perf_counter()
-        arrival = self.clock.now()
-        queued = max(0.0, arrival - accepted_at)
-        m = self.metrics
-        with m.stage(self.name, "parse"):
+    def _parse(self, body: bytes | dict | RawInferRequest):
+        """The parsed request and its new-vertex overlay (``None``: none); every
+        input error is raised here, before admission."""
+        with self.metrics.stage(self.name, "parse"):
             body, added = split_new_vertex_inputs(body)
             overlay = parse_new_vertices(
                 added,
@@ -330,6 +330,15 @@ class ModelRuntime:
                 task=self.model_config.task,
                 limits=self.serving.limits,
             )
+        return req, overlay
+
+    def _infer(self, parsed, accepted_at: float) -> tuple[InferResponse, str, float, float]:
+        """The answer, the request kind, its latency and time queued (seconds)."""
+        req, overlay = parsed
+        t0 = time.perf_counter()
+        arrival = self.clock.now()
+        queued = max(0.0, arrival - accepted_at)
+        m = self.metrics
         with m.stage(self.name, "khop"):
             stats = FetchStats()
             before = self.fetcher.stats.bytes_read

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from gnn_faas.config import LimitsConfig
-from gnn_faas.errors import InvalidRequest, PayloadTooLarge, UnsupportedRequest
+from gnn_faas.errors import GnnFaasError, InvalidRequest, PayloadTooLarge, UnsupportedRequest
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 BINARY_MIME = "application/octet-stream"
@@ -331,6 +331,17 @@ def parse_infer_request(
 # -- responses --------------------------------------------------------------------
 
 
+def _not_json(token: str):
+    """``json.loads`` takes ``NaN`` and ``Infinity``; JSON (RFC 8259) does not."""
+    raise InvalidRequest(f"malformed JSON: {token} is not a JSON number")
+
+
+class NonFiniteResult(GnnFaasError):
+    """A result holding NaN or infinity: answered 500 and logged, never sent."""
+
+    http_status = 500
+
+
 @dataclass
 class InferResponse:
     """An OIP response: outputs (name, array) in order, those in ``binary``
@@ -357,6 +368,13 @@ class InferResponse:
                 "shape": [int(s) for s in arr.shape],
                 "datatype": dtype,
             }
+            if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+                # never emitted (NaN/Infinity are not JSON): a fault of ours, logged as 500
+                bad = int(arr.size - np.isfinite(arr).sum())
+                raise NonFiniteResult(
+                    f"output {name!r} of model {self.model!r} holds {bad} non-finite "
+                    f"value(s) of {arr.size} (overflow in the model's arithmetic)"
+                )
             if name in self.binary:
                 entry["parameters"] = {"binary_data_size": int(arr.nbytes)}
             else:
@@ -376,7 +394,7 @@ class InferResponse:
         """HTTP body and headers: plain JSON, or with binary outputs the JSON
         header, its length in ``Inference-Header-Content-Length`` and the raw
         little-endian bytes of each binary output in order."""
-        head = json.dumps(self.header(), separators=(",", ":")).encode()
+        head = json.dumps(self.header(), separators=(",", ":"), allow_nan=False).encode()
         if not self.binary:
             return head, {"Content-Type": "application/json"}
         blobs = [
@@ -450,7 +468,7 @@ def _load_body(
         if not body.strip():
             raise InvalidRequest("malformed JSON: the body is empty")
         try:
-            body = json.loads(body)
+            body = json.loads(body, parse_constant=_not_json)
         except json.JSONDecodeError as exc:
             hint = ""
             if exc.msg == "Extra data":

@@ -78,7 +78,7 @@ def split_new_vertex_inputs(body: Any) -> tuple[Any, dict[str, dict[str, Any]]]:
                     f"input {t['name']!r} must carry JSON 'data' (binary tensor data is "
                     "supported for the other inputs only)"
                 )
-        new_header = json.dumps(rest).encode()
+        new_header = json.dumps(rest, allow_nan=False).encode()
         return RawInferRequest(new_header + tail, len(new_header)), found
     doc: Any = body
     if isinstance(body, (bytes, bytearray, memoryview, str)):
@@ -86,7 +86,7 @@ def split_new_vertex_inputs(body: Any) -> tuple[Any, dict[str, dict[str, Any]]]:
         if b'"features"' not in raw and b'"edges"' not in raw:
             return body, {}  # the common case: no second JSON parse
         try:
-            doc = json.loads(raw)
+            doc = json.loads(raw, parse_constant=_refuse_constant)
         except (ValueError, UnicodeDecodeError, RecursionError):
             return body, {}  # the OIP parser says what is wrong
     if not isinstance(doc, Mapping) or not isinstance(doc.get("inputs"), list):
@@ -161,10 +161,12 @@ def parse_new_vertices(
             raise InvalidRequest(
                 f"input 'features' has dimension {d}; the graph's features have {feature_dim}"
             )
-        features = _array(t, "features", (n, d), np.float64)
+        with np.errstate(over="ignore"):  # beyond FP32's range: inf, refused below
+            features = _array(t, "features", (n, d), np.float64).astype(np.float32)
         if not np.isfinite(features).all():
-            raise InvalidRequest("input 'features' must hold finite numbers")
-        features = features.astype(np.float32)
+            raise InvalidRequest(
+                "input 'features' must hold finite FP32 numbers (|x| <= 3.4028235e38)"
+            )
     edges = np.zeros((0, 2), np.int64)
     if "edges" in inputs:
         t = inputs["edges"]
@@ -215,3 +217,7 @@ def new_vertex_parameters(num_nodes: int, limits: NewVertexLimits) -> dict[str, 
         "max_new_vertices": limits.max_vertices,
         "max_new_edges": limits.max_edges,
     }
+
+
+def _refuse_constant(token: str):
+    raise ValueError(f"{token} is not JSON")  # the OIP parser then says so

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shlex
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +28,8 @@ import numpy as np
 from gnn_faas.errors import BlobNotFound, CorruptBlob, GnnFaasError, NotFound
 from gnn_faas.storage.format import GraphHandle, validate_name
 from gnn_faas.storage.ranges import RangeReader
+
+CONFIG_ENV = "GNN_FAAS_CONFIG"  # the serving config gnn-faas up runs with (for hints)
 
 EMBEDDINGS_FORMAT = "gnn-faas-embeddings"
 EMBEDDINGS_VERSION = 1
@@ -90,7 +94,11 @@ class EmbeddingStore:
     @classmethod
     def open(cls, graph: GraphHandle, model: str, checkpoint: str) -> EmbeddingStore:
         prefix = _prefix(graph, model)
-        hint = f"run 'gnn-faas precompute --model {model}' to (re)compute them"
+        # the command must name the serving config that defines the model (gnn-faas up
+        # publishes its --config in GNN_FAAS_CONFIG); without one the embedded default
+        config = os.environ.get(CONFIG_ENV)
+        flag = f" --config {shlex.quote(config)}" if config else ""
+        hint = f"run 'gnn-faas precompute --model {shlex.quote(model)}{flag}' to (re)compute them"
         try:
             raw = graph.backend.cat_file(f"{prefix}/manifest.json")
         except BlobNotFound:

@@ -2,7 +2,8 @@
 
 Sources are SNAP-style text edge lists (whitespace, tab or comma separated;
 ``#`` comments; an optional non-numeric header line; extra columns such as a
-weight or a timestamp are ignored; ``.gz``, ``.bz2`` and ``.xz`` are read
+weight or a timestamp are ignored, but every row has as many as the first one,
+and ids are >= 0 (a row that breaks either is an error naming its line); ``.gz``, ``.bz2`` and ``.xz`` are read
 transparently) or ``.npz`` files with integer ``src`` and ``dst`` arrays. A
 line ``u v`` is the edge ``u -> v``: ``v`` aggregates from ``u``, so ``u`` is
 listed in row ``v`` of the in-edge CSR.
@@ -104,6 +105,53 @@ def _parse_block(block: bytes, path: Path, first_line: int) -> np.ndarray:
         ) from None
 
 
+def _fields_per_line(block: bytes) -> np.ndarray:
+    """Number of fields on each line of ``block`` (comments excluded), on whole
+    arrays: a field starts where a byte above the space follows one that is not."""
+    b = np.frombuffer(block, dtype=np.uint8)
+    tok = b > 32  # blanks, tabs, CR and LF are all <= 32 (commas are blanks by now)
+    h = block.find(b"#")
+    while h >= 0:  # comments are rare (a SNAP header): blank each to its line's end
+        e = block.find(b"\n", h)
+        e = len(block) if e < 0 else e
+        tok[h:e] = False
+        h = block.find(b"#", e)
+    starts = np.flatnonzero(tok[1:] & ~tok[:-1]) + 1
+    if tok.size and tok[0]:
+        starts = np.concatenate(([0], starts))
+    newlines = np.flatnonzero(b == 10)
+    return np.bincount(np.searchsorted(newlines, starts), minlength=newlines.size + 1)
+
+
+def _check_block(
+    block: bytes, pairs: np.ndarray, path: Path, first_line: int, columns: int | None
+) -> int | None:
+    """Refuse a row with another number of columns than the file's first row, and
+    a negative vertex id, naming the line; returns the file's column count."""
+    fields = _fields_per_line(block)
+    data = np.flatnonzero(fields)  # line index of each parsed row, in order
+    if data.size == 0:
+        return columns
+    if columns is None:
+        columns = int(fields[data[0]])
+    odd = np.flatnonzero(fields[data] != columns)
+    if odd.size:
+        i = int(data[odd[0]])
+        raise InvalidRequest(
+            f"{path}: line {first_line + i}: {int(fields[i])} columns where the file's rows "
+            f"have {columns}"
+        )
+    negative = np.flatnonzero((pairs < 0).any(axis=1))
+    if negative.size:
+        r = int(negative[0])
+        u, v = (int(x) for x in pairs[r])
+        raise InvalidRequest(
+            f"{path}: line {first_line + int(data[r])}: negative vertex id in '{u} {v}' "
+            "(ids must be >= 0)"
+        )
+    return columns
+
+
 def read_text_edges(
     path: str | Path, block_bytes: int = BLOCK_BYTES
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -111,12 +159,14 @@ def read_text_edges(
 
     The first non-comment line is skipped as a header when none of its first two
     fields is an integer (``FromNodeId ToNodeId``); any later line whose first
-    two fields are not integers is an error naming its line number.
+    two fields are not integers, whose number of columns differs from the first
+    row's, or that holds a negative id is an error naming its line number.
     """
     path = Path(path)
     chunks: list[np.ndarray] = []
     line_no = 1  # file line number of the first line of the next block
     header_checked = False
+    columns: int | None = None  # of the first row: every row must have as many
     tail = b""
     try:
         with _open_binary(path) as fh:
@@ -136,7 +186,9 @@ def read_text_edges(
                     header_checked = skipped >= 0
                     line_no += max(skipped, 0)
                 if block:
-                    chunks.append(_parse_block(block, path, line_no))
+                    pairs = _parse_block(block, path, line_no)
+                    columns = _check_block(block, pairs, path, line_no, columns)
+                    chunks.append(pairs)
                 line_no += block.count(b"\n")
                 if not data:
                     break
@@ -193,6 +245,10 @@ def read_npz_edges(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
         raise InvalidRequest(f"{path}: 'src' and 'dst' differ in length")
     if src.size == 0:
         raise InvalidRequest(f"{path}: no edges found")
+    for key, arr in (("src", src), ("dst", dst)):
+        if arr.size and arr.min() < 0:
+            i = int(np.argmax(arr < 0))
+            raise InvalidRequest(f"{path}: {key}[{i}] = {int(arr[i])}: vertex ids must be >= 0")
     return src.astype(np.int64), dst.astype(np.int64)
 
 

@@ -12,6 +12,7 @@ each second's arrivals uniformly with a seeded generator.
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,13 @@ def load_per_second(path: str | Path | None = None) -> np.ndarray:
     p = Path(path) if path else shared_datasets_dir() / TRACE_FILE
     if not p.is_file():
         raise NotFound(f"Twitter trace not found at {p} (pass --trace-file)")
+    if p.suffix == ".gz" or not zipfile.is_zipfile(p):
+        raise TraceFormatError(
+            p,
+            None,
+            f"not the per-second .npz ({TRACE_FILE}); a raw hour of inter-arrival times "
+            f"(such as {RAW_HOUR_FILE}) is read with --raw-hour",
+        )
     try:
         with np.load(p, allow_pickle=False) as z:
             if "count" not in z:

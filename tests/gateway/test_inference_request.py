@@ -446,7 +446,11 @@ def test_a_new_input_is_one_row_of_the_table(monkeypatch):
         (tensor("features", [[1, 2, True]], datatype="FP32"), InvalidRequest, "found True"),
         (tensor("features", [[1, 2]], datatype="FP32"), InvalidRequest, "shape [k, 3]"),
         (tensor("features", [[1, 2, 1e300]], datatype="FP32"), InvalidRequest, "finite"),
-        (tensor("features", [[1, 2, float("nan")]], datatype="FP32"), InvalidRequest, "finite"),
+        (
+            tensor("features", [[1, 2, float("nan")]], datatype="FP32"),
+            InvalidRequest,
+            "NaN is not a JSON number",
+        ),
     ]:
         with pytest.raises(error, match=re.escape(message)):
             parse_infer_request(

@@ -6,6 +6,7 @@ removed by the next platform."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import subprocess
@@ -162,7 +163,8 @@ OWNER = textwrap.dedent(
     from gnn_faas.scheduler.platform import FunctionSpec
     from gnn_faas.scheduler.platform.docker import DockerPlatform
 
-    p = DockerPlatform(reaper_interval_s=None)
+    lease = float(sys.argv[2]) if len(sys.argv) > 2 else 30.0
+    p = DockerPlatform(reaper_interval_s=None, owner_lease_s=lease)
     spec = FunctionSpec(name="orphan", kind="memory",
                         args=("--store", sys.argv[1], "--graph", "bitcoin-otc"), memory_mb=256)
     inst = p.launch(spec)
@@ -209,4 +211,33 @@ def test_shutdown_removes_every_container(docker_host, store):
             with pytest.raises(docker.errors.NotFound):
                 client.containers.get(cid)
     finally:
+        client.close()
+
+
+def test_containers_of_a_killed_owner_stop_themselves_with_no_new_platform(docker_host, store):
+    # the owner dies (SIGKILL: no shutdown); nothing else ever looks at its container
+    proc = subprocess.Popen(
+        [sys.executable, "-c", OWNER, store, "4"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        cid = proc.stdout.readline().strip()
+        assert cid, "the owner process did not start its container"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    import docker
+
+    client = docker.from_env(timeout=30)
+    try:
+        c = client.containers.get(cid)
+        deadline = time.monotonic() + 60  # the promise: gone within a minute
+        while c.status == "running" and time.monotonic() < deadline:
+            time.sleep(0.5)
+            c.reload()
+        assert c.status != "running", "the container outlived its dead owner by a minute"
+        assert c.attrs["State"]["ExitCode"] == 0  # a graceful stop of its own
+        assert b"lease" in c.logs(tail=20)
+    finally:
+        with contextlib.suppress(Exception):
+            client.containers.get(cid).remove(force=True)
         client.close()

@@ -106,10 +106,17 @@ def test_stored_vertex_targets_are_exact_at_any_budget(looped, fetcher, tmp_path
     np.testing.assert_allclose(out[sg.target_index], exact, rtol=RTOL, atol=ATOL)
 
 
-def test_stale_and_missing_embeddings_are_refused(fetcher, tmp_path):
+def test_stale_and_missing_embeddings_are_refused(fetcher, tmp_path, monkeypatch):
     _, update, emb = setup("gcn", 2, fetcher, tmp_path)
-    with pytest.raises(StaleEmbeddings, match="precompute --model m"):
+    with pytest.raises(StaleEmbeddings, match="precompute --model m'"):
         EmbeddingStore.open(fetcher.graph, "m", "0" * 64)
+    # under `gnn-faas up --config FILE` the command names that config
+    monkeypatch.setenv("GNN_FAAS_CONFIG", "/srv/my serving.yaml")
+    with pytest.raises(
+        StaleEmbeddings, match="precompute --model m --config '/srv/my serving.yaml'"
+    ):
+        EmbeddingStore.open(fetcher.graph, "m", "0" * 64)
+    monkeypatch.delenv("GNN_FAAS_CONFIG")
     with pytest.raises(NotFound, match="precompute"):
         EmbeddingStore.open(fetcher.graph, "other", checkpoint_sha256(tmp_path / "ckpt"))
     # the CLI: a checkpoint directory, --graph and --store

@@ -38,3 +38,12 @@ def test_bad_files_are_named(tmp_path):
     npz.write_bytes(b"not a zip")
     with pytest.raises(TraceFormatError, match=r"x\.npz"):
         twitter.load_per_second(npz)
+
+
+def test_a_raw_hour_given_as_the_day_points_to_raw_hour(tmp_path):
+    p = tmp_path / "TW_may25_0-1.gz"
+    with gzip.open(p, "wt") as f:
+        f.write("0.5\n0.25\n")  # a valid raw hour
+    with pytest.raises(TraceFormatError) as err:
+        twitter.load_per_second(p)
+    assert "--raw-hour" in str(err.value) and "pickle" not in str(err.value)

@@ -63,6 +63,8 @@ import psutil
 from gnn_faas.clock import Clock
 from gnn_faas.errors import InvalidRequest, MissingExtra, NotFound, Unavailable
 from gnn_faas.health import probe_ready
+from gnn_faas.owner_lease import DEFAULT_TIMEOUT_S as DEFAULT_LEASE_S
+from gnn_faas.owner_lease import LEASE_ENV, OwnerLease
 from gnn_faas.ports import free_port
 from gnn_faas.scheduler.platform.base import FunctionSpec, Instance
 from gnn_faas.scheduler.platform.managed import ManagedPlatform, Running
@@ -70,6 +72,7 @@ from gnn_faas.scheduler.platform.managed import ManagedPlatform, Running
 log = logging.getLogger(__name__)
 
 LABEL = "io.gnn-faas"
+LEASE_MOUNT = "/gnn-faas-lease"  # where a container sees its owner's lease directory
 THREAD_VARS = ("GNN_FAAS_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 DEFAULT_IMAGES = {"memory": "gnn-faas-memory:latest", "compute": "gnn-faas-compute:latest"}
 # arguments whose value is a path on this machine that the container must see
@@ -178,13 +181,16 @@ class DockerPlatform(ManagedPlatform):
         tmpfs_mb: int = 64,
         env: dict[str, str] | None = None,
         client: Any = None,
+        owner_lease_s: float | None = DEFAULT_LEASE_S,
     ):
         """``docker_host``: the engine (default: ``$DOCKER_HOST``, else the
         default socket). ``images``: image per kind (default
         :data:`DEFAULT_IMAGES`). ``reaper_interval_s=None``: no reaper thread
         (call :meth:`reap` yourself). ``env``: extra environment for every
         container. Raises :class:`~gnn_faas.errors.Unavailable` when no engine
-        answers."""
+        answers. ``owner_lease_s``: each container stops itself once this
+        platform's owner lease has not been renewed for that long (the gateway
+        died; see owner_lease.py); ``None``: no lease."""
         docker = _docker()
         super().__init__(clock, stop_grace_s)
         self.host = host
@@ -221,6 +227,11 @@ class DockerPlatform(ManagedPlatform):
         self._failures: Counter[tuple[str, str]] = Counter()
         self._last_poll = 0.0
         self.orphans_removed = self.remove_orphans()
+        self.lease = (
+            OwnerLease(renew_s=owner_lease_s / 6, timeout_s=owner_lease_s)
+            if owner_lease_s
+            else None
+        )
         self._start_reaper(reaper_interval_s)
 
     # -- preflight -----------------------------------------------------------------
@@ -276,6 +287,12 @@ class DockerPlatform(ManagedPlatform):
         for path in dict.fromkeys(bind_sources(spec)):
             check_readable(path, f"{spec.name}'s")
             mounts.append(docker.types.Mount(path, path, type="bind", read_only=True))
+        if self.lease is not None:  # read-only: the container only watches its mtime
+            mounts.append(
+                docker.types.Mount(LEASE_MOUNT, str(self.lease.dir), type="bind", read_only=True)
+            )
+            env.update(self.lease.env())
+            env[LEASE_ENV] = f"{LEASE_MOUNT}/{self.lease.path.name}"
         limit = int(spec.memory_mb) * 2**20
         name = re.sub(r"[^a-zA-Z0-9_.-]", "-", f"gnn-faas-{self.owner[:8]}-{iid}")
         return dict(
@@ -474,6 +491,8 @@ class DockerPlatform(ManagedPlatform):
                 c.remove(force=True)
 
     def _close(self) -> None:
+        if self.lease is not None:
+            self.lease.close()
         with contextlib.suppress(Exception):
             self.client.close()
 

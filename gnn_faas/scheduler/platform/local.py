@@ -70,6 +70,8 @@ import psutil
 from gnn_faas.clock import Clock
 from gnn_faas.errors import Unavailable
 from gnn_faas.health import probe_ready
+from gnn_faas.owner_lease import DEFAULT_TIMEOUT_S as DEFAULT_LEASE_S
+from gnn_faas.owner_lease import OwnerLease
 from gnn_faas.parent_death import die_with
 from gnn_faas.scheduler.platform.base import FunctionSpec, Instance
 from gnn_faas.scheduler.platform.managed import ManagedPlatform, Running
@@ -150,6 +152,7 @@ class LocalPlatform(ManagedPlatform):
         stop_grace_s: float = 5.0,
         env: dict[str, str] | None = None,
         registry_dir: str | Path | None = None,
+        owner_lease_s: float | None = DEFAULT_LEASE_S,
     ):
         """``command_factory(spec, host)``: the argv of an instance (default:
         ``gnn-faas serve``); it must print the ``listening on URL`` line and
@@ -157,7 +160,10 @@ class LocalPlatform(ManagedPlatform):
         thread (call :meth:`reap` yourself). ``env``: extra environment for
         every instance. ``registry_dir``: where instances are recorded for
         crash recovery (default :func:`default_registry_dir`); orphans of dead
-        owners found there are reaped now."""
+        owners found there are reaped now. ``owner_lease_s``: an instance (its
+        server master) stops itself once this platform's owner lease has not been
+        renewed for that long, a second guard beside the parent-death signal
+        (owner_lease.py); ``None``: no lease."""
         super().__init__(clock, stop_grace_s)
         self.host = host
         self.python = python
@@ -174,6 +180,11 @@ class LocalPlatform(ManagedPlatform):
         self._pid_t = _create_time(self._pid)
         # every fork happens on this one long-lived thread: PDEATHSIG follows the thread
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gnn-faas-spawner")
+        self.lease = (
+            OwnerLease(renew_s=owner_lease_s / 6, timeout_s=owner_lease_s)
+            if owner_lease_s
+            else None
+        )
         self._start_reaper(reaper_interval_s)
 
     # -- commands ----------------------------------------------------------------
@@ -194,6 +205,8 @@ class LocalPlatform(ManagedPlatform):
         threads = str(max(1, math.ceil(spec.vcpus)))
         env.update({var: threads for var in THREAD_VARS})
         env.update(self.extra_env)
+        if self.lease is not None:
+            env.update(self.lease.env())
         env.update(dict(spec.env))
         return env
 
@@ -320,6 +333,8 @@ class LocalPlatform(ManagedPlatform):
         self._terminate(run, grace=0.0)  # its workers, if any survived it
 
     def _close(self) -> None:
+        if self.lease is not None:
+            self.lease.close()
         self._spawner.shutdown(wait=False)
         if self._own_log_dir:
             shutil.rmtree(self.log_dir, ignore_errors=True)

@@ -1,0 +1,11 @@
+"""The closed sets of names the serving config, its schema and the model
+checkpoints share (one definition, imported by each)."""
+
+from __future__ import annotations
+
+ARCHS = ("gcn", "sage", "gin", "gat")
+MODES = ("graph_sharing", "no_sharing", "request_centric")
+EMBEDDINGS = ("exact", "precomputed")
+RECOMPUTE_POLICIES = ("query_edge_ratio", "random", "importance")
+CACHE_PRIORS = ("degree", "fap")
+DEVICES = ("auto", "cpu", "cuda")

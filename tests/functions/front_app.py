@@ -1,0 +1,59 @@
+"""A tiny Flask app served by :func:`gnn_faas.functions.gunicorn_runner.serve` for the
+front tests: ``python -m tests.functions.front_app THREADS MAX_CONNECTIONS TIMEOUT_S
+MAX_BODY [WORKER_CLASS]``."""
+
+from __future__ import annotations
+
+import sys
+
+
+def factory():
+    from flask import Flask, jsonify, request
+
+    from gnn_faas.http import install
+
+    app = install(Flask("front-test"), max_content_length=int(sys.argv[4]))
+
+    @app.post("/echo")
+    def echo():
+        body = request.get_data()
+        return jsonify({"bytes": len(body), "head": body[:16].decode("latin-1")})
+
+    @app.get("/v2/health/ready")
+    @app.get("/ping")
+    def ping():
+        return jsonify({"ok": True})
+
+    @app.get("/front")
+    def front():
+        from gnn_faas.functions.buffered_worker import front_stats
+
+        return jsonify(front_stats())
+
+    @app.get("/nan")
+    def nan():
+        return jsonify({"x": float("nan")})
+
+    return app
+
+
+def main() -> int:
+    from gnn_faas.functions.buffered_worker import FrontSettings
+    from gnn_faas.functions.gunicorn_runner import ServerConfig, serve
+
+    threads, cap, timeout_s, max_body = sys.argv[1:5]
+    worker = sys.argv[5] if len(sys.argv) > 5 else ServerConfig.worker_class
+    front = FrontSettings(
+        max_connections=int(cap),
+        header_timeout_s=float(timeout_s),
+        body_timeout_s=float(timeout_s),
+        keepalive_s=float(timeout_s),
+        max_body_bytes=int(max_body),
+        sweep_s=0.1,
+    )
+    config = ServerConfig(role="front-test", threads=int(threads), front=front, worker_class=worker)
+    return serve(factory, config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,250 @@
+"""The buffering front: framing checks, and a live server under idle and slow clients.
+
+The live tests hold more idle and slow-body connections than the server has
+threads and check that a normal request is still answered, that the server
+closes every held socket by itself (polled, no timing asserted), that one
+connection over the cap is refused at once with a JSON 503, and that framing
+errors are JSON 400/413.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from gnn_faas.functions.buffered_worker import FramingError, parse_head, scan_chunks
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# -- framing (pure functions) ------------------------------------------------------
+
+
+def test_content_length_frames_the_request():
+    assert parse_head(b"POST / HTTP/1.1\r\nContent-Length: 12", 100) == (12, False)
+    assert parse_head(b"GET / HTTP/1.1\r\nHost: x", 100) == (0, False)
+    assert parse_head(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked", 100) == (None, True)
+
+
+@pytest.mark.parametrize(
+    ("head", "status"),
+    [
+        (b"POST / HTTP/1.1\r\nContent-Length: 101", 413),
+        (b"POST / HTTP/1.1\r\nContent-Length: 1x", 400),
+        (b"POST / HTTP/1.1\r\nContent-Length: -1", 400),
+        (b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6", 400),
+        (b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip", 400),
+        (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 5", 400),
+    ],
+)
+def test_bad_framing_headers_are_refused(head, status):
+    with pytest.raises(FramingError) as err:
+        parse_head(head, 100)
+    assert err.value.status == status
+
+
+def test_chunks_are_scanned_incrementally():
+    body = bytearray(b"4\r\nabcd\r\n3;ext=1\r\nefg\r\n")
+    pos, total, done = scan_chunks(body, 0, 0, 100)
+    assert (total, done) == (7, False) and pos == len(body)
+    body += b"0\r\nX-Trailer: 1\r\n"
+    assert scan_chunks(body, pos, total, 100)[2] is False  # trailers not finished
+    body += b"\r\nGET"  # end of the request, then the next one (pipelined)
+    end, total, done = scan_chunks(body, pos, total, 100)
+    assert done and total == 7 and bytes(body[end:]) == b"GET"
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (b"zz\r\nabc\r\n", 400),  # not a hexadecimal size
+        (b"3\r\nabcXY", 400),  # chunk not followed by CRLF
+        (b"40\r\n", 413),  # 64 bytes declared, over the 50-byte limit
+        (b"20\r\n" + b"a" * 32 + b"\r\n20\r\n", 413),  # the sum goes over
+        (b"1" * 5000, 400),  # a size line without end
+    ],
+)
+def test_bad_chunks_are_refused(body, status):
+    with pytest.raises(FramingError) as err:
+        scan_chunks(bytearray(body), 0, 0, 50)
+    assert err.value.status == status
+
+
+# -- a live server -----------------------------------------------------------------
+
+THREADS = 2
+CAP = 24
+TIMEOUT_S = 1.0
+MAX_BODY = 100_000
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, int]]:
+    cmd = [sys.executable, "-m", "tests.functions.front_app"]
+    args = [str(THREADS), str(CAP), str(TIMEOUT_S), str(MAX_BODY)]
+    proc = subprocess.Popen(
+        cmd + args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        line = proc.stdout.readline()
+        m = re.search(r"http://([\d.]+):(\d+)", line)
+        assert m, f"server did not start: {line}"
+        yield m.group(1), int(m.group(2))
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def _raw(addr, payload: bytes) -> tuple[int, dict]:
+    """Send ``payload`` on a new connection; the status and JSON body of the answer."""
+    with socket.create_connection(addr, timeout=30) as s:
+        s.sendall(payload)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    """True once the server has closed ``sock`` (EOF or reset after any answer)."""
+    sock.setblocking(False)
+    try:
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return True
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def _wait_all_closed(socks: list[socket.socket], limit_s: float = 60.0) -> list[bool]:
+    deadline = time.monotonic() + limit_s
+    closed = [False] * len(socks)
+    while not all(closed) and time.monotonic() < deadline:
+        for i, s in enumerate(socks):
+            closed[i] = closed[i] or _closed_by_server(s)
+        time.sleep(0.05)
+    return closed
+
+
+def test_idle_and_slow_clients_hold_no_thread_and_are_closed(server):
+    idle = [socket.create_connection(server) for _ in range(8)]
+    slow = []
+    for _ in range(4):
+        s = socket.create_connection(server)
+        s.sendall(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n" + b"x" * 10)
+        slow.append(s)
+    half = socket.create_connection(server)
+    half.sendall(b"GET /ping HTTP/1.1\r\nHost: t\r\n")  # a header block never finished
+    held = [*idle, *slow, half]
+    try:
+        # 13 held connections, 2 threads: normal requests are answered all the same
+        for _ in range(3):
+            r = requests.post(f"http://{server[0]}:{server[1]}/echo", data=b"hello", timeout=20)
+            assert r.status_code == 200 and r.json() == {"bytes": 5, "head": "hello"}
+        assert all(_wait_all_closed(held))
+    finally:
+        for s in held:
+            s.close()
+
+
+def test_slow_bodies_are_answered_408(server):
+    with socket.create_connection(server, timeout=30) as s:
+        s.sendall(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 50\r\n\r\nabc")
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 408")
+    assert json.loads(data.partition(b"\r\n\r\n")[2])["error"].startswith("request body")
+
+
+def test_connections_over_the_cap_are_refused_with_json_503(server):
+    # opened at once (the idle deadline is far longer than this loop), then read:
+    # those over the cap hold a 503 already; the rest are closed later, silently
+    socks = [socket.create_connection(server) for _ in range(CAP + 8)]
+    try:
+        answers: dict[int, bytes] = {}
+        deadline = time.monotonic() + 60
+        while len(answers) < len(socks) and time.monotonic() < deadline:
+            for i, s in enumerate(socks):
+                if i in answers:
+                    continue
+                s.setblocking(False)
+                try:
+                    data = s.recv(65536)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                answers[i] = data
+            time.sleep(0.02)
+    finally:
+        for s in socks:
+            s.close()
+    refused = [d for d in answers.values() if d]
+    assert len(answers) == len(socks)  # every socket was answered or closed by the server
+    assert len(refused) >= 8  # at most CAP were kept, and the test's sockets came on top
+    for data in refused:
+        assert int(data.split()[1]) == 503 and b"Retry-After: 1" in data
+        assert "too many connections" in json.loads(data.partition(b"\r\n\r\n")[2])["error"]
+
+
+def test_framing_errors_are_json(server):
+    status, body = _raw(
+        server,
+        b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n",
+    )
+    assert status == 400 and "invalid chunk size" in body["error"]
+    big = b"".join(b"%x\r\n%s\r\n" % (20_000, b"a" * 20_000) for _ in range(6)) + b"0\r\n\r\n"
+    status, body = _raw(
+        server, b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n" + big
+    )
+    assert status == 413 and str(MAX_BODY) in body["error"]
+    status, body = _raw(server, b"BAD\x01 /x HTTP/1.1\r\nHost: t\r\n\r\n")  # gunicorn's parser
+    assert status == 400 and body["error"]
+
+
+def test_chunked_pipelined_and_kept_alive_requests_are_served(server):
+    chunked = b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
+    with socket.create_connection(server, timeout=30) as s:
+        s.sendall(
+            b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + chunked
+            + b"GET /ping HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+        )
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    assert data.count(b"HTTP/1.1 200") == 2
+    assert b'{"bytes":5,"head":"abcde"}' in data and b'{"ok":true}' in data
+    with requests.Session() as session:  # the same connection, kept alive between requests
+        for _ in range(3):
+            assert session.get(f"http://{server[0]}:{server[1]}/ping", timeout=20).ok
+
+
+def test_a_non_finite_answer_is_a_json_500_never_nan(server):
+    r = requests.get(f"http://{server[0]}:{server[1]}/nan", timeout=20)
+    assert r.status_code == 500
+    assert "NaN" not in r.text and r.json()["error"].startswith("internal error")
+
+
+def test_the_front_counts_what_it_refused(server):
+    """Runs last: the module's earlier tests refused, timed out and mis-framed."""
+    stats = requests.get(f"http://{server[0]}:{server[1]}/front", timeout=20).json()
+    assert stats["max_connections"] == CAP and stats["header_timeout_s"] == TIMEOUT_S
+    assert stats["refused"] >= 8  # the connections over the cap
+    assert stats["timed_out"] >= 2  # the slow body and the unfinished header block
+    assert stats["framing_errors"] >= 2  # the bad chunk size and the oversize body
+    assert stats["requests"] >= 5
