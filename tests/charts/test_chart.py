@@ -34,6 +34,7 @@ def values_for(platform: str, store: str, ingress: bool) -> dict:
         "platform": platform,
         "store": {"type": store},
         "gateway": {
+            "replicas": 2 if ingress else 1,
             "ingress": {"enabled": ingress, "host": "gnn.example.com"},
             "serviceMonitor": {"enabled": ingress},
         },
@@ -73,6 +74,8 @@ def pod_specs(obj: dict) -> list[dict]:
         return [obj["spec"]["template"]["spec"]]
     if obj["kind"] in ("Deployment", "Job"):
         return [obj["spec"]["template"]["spec"]]
+    if obj["kind"] == "Pod":
+        return [obj["spec"]]
     return []
 
 
@@ -99,10 +102,11 @@ def test_every_object_validates(rendered):
     assert len(functions) == 4  # 2 models x (memory, compute)
     assert all(is_knative(f) == (platform == "knative") for f in functions)
     assert ("Ingress" in kinds) == ingress == ("ServiceMonitor" in kinds)
-    assert {"Deployment", "Service", "ConfigMap", "ServiceAccount", "PodDisruptionBudget"} <= set(
+    assert {"Deployment", "Service", "ConfigMap", "ServiceAccount", "Role", "NetworkPolicy"} <= set(
         kinds
     )
-    assert ("Role" in kinds) == (platform == "knative")
+    # a PDB only with two gateway replicas (with one it would block every node drain)
+    assert ("PodDisruptionBudget" in kinds) == ingress
 
 
 def test_labels_everywhere(rendered):
@@ -159,7 +163,28 @@ def test_store_wiring(rendered):
         ref = env["GNN_FAAS_STORE"]["valueFrom"]["secretKeyRef"]
         assert ref == {"name": "gnn-faas-redis", "key": "url"}
     if platform == "openfaas":
-        assert env["OPENFAAS_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == "basic-auth"
+        # basic auth comes from OpenFaaS's own Secret in its namespace, through a Role for
+        # that Secret alone (a Pod cannot mount a Secret of another namespace)
+        assert not any(k.startswith("OPENFAAS_") for k in env)
+        cm = next(o for o in objs if o["kind"] == "ConfigMap")
+        ofaas = yaml.safe_load(cm["data"]["serving.yaml"])["platform"]["openfaas"]
+        assert ofaas["credentials_secret"] == "openfaas/basic-auth"
+        role = next(o for o in objs if o["kind"] == "Role")
+        assert role["metadata"]["namespace"] == "openfaas"
+        assert role["rules"] == [
+            {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["basic-auth"],
+             "verbs": ["get"]}
+        ]  # fmt: skip
+        # every function reads the store: s3 through the credentials file, redis through the
+        # URL file of the Secret (never an empty GNN_FAAS_STORE)
+        for fn in (o for o in objs if is_function(o)):
+            fenv = fn["spec"]["environment"]
+            assert fn["spec"]["secrets"] == [f"gnn-faas-{store}"]
+            if store == "redis":
+                assert "GNN_FAAS_STORE" not in fenv
+                assert fenv["GNN_FAAS_STORE_FILE"] == "/var/openfaas/secrets/url"
+            else:
+                assert fenv["GNN_FAAS_STORE"] == "s3://gnn-faas"
 
 
 def test_configmap_is_the_serving_config(rendered, monkeypatch):
@@ -189,16 +214,29 @@ def test_cpu_quantities_become_cores_in_the_serving_config():
 def test_prepare_job_steps_per_model():
     values = values_for("knative", "s3", False)
     job = next(o for o in render(values) if o["kind"] == "Job")
-    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
     spec = job["spec"]["template"]["spec"]
     # cora has no dataset: its graph and checkpoint must be in the store already
     assert [c["name"] for c in spec["initContainers"]] == ["dataset-0", "train-0"]
-    images = [c["image"].split(":")[0] for c in spec["initContainers"] + spec["containers"]]
-    assert images == ["gnn-faas-memory", "gnn-faas-compute", "gnn-faas-memory"]
+    images = [c["image"] for c in spec["initContainers"] + spec["containers"]]
+    assert images == ["ghcr.io/gnn-faas/gnn-faas-compute:0.1.0"] * 3  # one image, every step
     assert spec["containers"][0]["command"][-1] == "/tmp/models/bitcoin-otc"
     train = spec["initContainers"][1]["command"]
     assert train[3:] == ["bitcoin-otc", "bitcoin-otc", "gcn", "2", "64", "100", "bitcoin-otc"]
     assert "env" not in spec["initContainers"][1]  # no store credentials where not needed
+    # the steps that write the store get the read-write Secret, nothing else does
+    for c in (spec["initContainers"][0], spec["containers"][0]):
+        refs = {e["valueFrom"]["secretKeyRef"]["name"] for e in c["env"] if "valueFrom" in e}
+        assert refs == {"gnn-faas-s3-write"}
+    readers = [o for o in render(values) if is_knative(o) or o["kind"] == "Deployment"]
+    for o in readers:
+        for c in o["spec"]["template"]["spec"]["containers"]:
+            refs = {e["valueFrom"]["secretKeyRef"]["name"] for e in c["env"] if "valueFrom" in e}
+            assert refs == {"gnn-faas-s3"}, o["metadata"]["name"]
+    # on install only, unless asked: an upgrade does not retrain
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install"
+    values["prepare"]["onUpgrade"] = True
+    job = next(o for o in render(values) if o["kind"] == "Job")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
 
 
 def test_knative_service_settings():
@@ -224,8 +262,20 @@ def test_knative_service_settings():
     assert c["resources"]["limits"] == {"cpu": "1", "memory": "512Mi"}
     cc = comp["spec"]["template"]["spec"]["containers"][0]
     assert cc["resources"]["requests"] == {"cpu": "750m", "memory": "700Mi"}
-    assert cc["image"] == "gnn-faas-compute:0.1.0"
+    assert cc["image"] == "ghcr.io/gnn-faas/gnn-faas-compute:0.1.0"
     assert cc["imagePullPolicy"] == "IfNotPresent"
+    # stock Knative rejects init containers: the compute function pulls its checkpoint itself
+    assert "initContainers" not in comp["spec"]["template"]["spec"]
+    cmd = cc["command"]
+    assert cmd[cmd.index("--model-name") + 1] == "bitcoin-otc"
+    assert cmd[cmd.index("--store") + 1] == "$(GNN_FAAS_STORE)"
+    assert cmd[cmd.index("--model") + 1] == "/scratch/model"
+    # the init-container path stays, as an option
+    comp = next(
+        o
+        for o in render(values, "knative.fetchModel=true")
+        if is_knative(o) and o["metadata"]["name"].endswith("-compute")
+    )
     init = comp["spec"]["template"]["spec"]["initContainers"][0]
     assert init["command"][:3] == ["gnn-faas", "model", "pull"]
 
@@ -395,7 +445,16 @@ def test_prepare_job_and_fetch_model_commands_run(tmp_path):
 
     for c in job["initContainers"] + job["containers"]:
         run(c["command"])
-    run(compute["initContainers"][0]["command"])
+    fetch = next(
+        o
+        for o in render(values, "knative.fetchModel=true")
+        if is_knative(o) and o["metadata"]["labels"]["gnn-faas.io/function-kind"] == "compute"
+    )["spec"]["template"]["spec"]
+    run(fetch["initContainers"][0]["command"])
+    # the default path: the compute function pulls the same checkpoint at start (the pull
+    # itself, then a clear exit where the store lacks the model)
+    serve = compute["containers"][0]["command"]
+    assert "--model-name" in serve
     cfg = load_config(tmp_path / "model")
     assert cfg.hidden_dim == 8 and cfg.arch == "gcn"
     assert load_config(pod_tmp / "models" / "btc") == cfg
