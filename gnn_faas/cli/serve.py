@@ -67,7 +67,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     c = roles.add_parser("compute", help="compute function: Update layers of one model")
     c.add_argument("--model", required=True, help="checkpoint directory (config.json + weights)")
     c.add_argument(
-        "--store", default=None, help="pull the checkpoint from this store first (with --model-name)"
+        "--store",
+        default=None,
+        help="pull the checkpoint from this store first (with --model-name)",
     )
     c.add_argument(
         "--model-name", default=None, help="model name in the store (_models/NAME/, with --store)"
