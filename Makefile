@@ -71,7 +71,8 @@ bench: install
 DOCKER_DIR := build/docker
 ENGINE := scripts/docker-engine.sh
 BASE_IMAGE ?= gnn-faas-base:bookworm
-# Images are tagged with the chart's appVersion: what the chart's default image references name.
+# Images are tagged with the chart's appVersion (what the chart's image references name) and
+# `latest` (what the docker platform runs by default).
 APP_VERSION := $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*/\1/p' charts/Chart.yaml)
 IMAGE_TAG ?= $(APP_VERSION)
 TORCH_VARIANT ?= cpu
@@ -103,7 +104,8 @@ images:
 	  echo "make images: gnn-faas-$$name:$(IMAGE_TAG) ($$file)"; \
 	  $$docker build --progress plain --network host --build-arg BASE_IMAGE=$(BASE_IMAGE) \
 	    --build-arg WHEELS=$$wheels "$${torch[@]}" "$${secret[@]}" "$${labels[@]}" \
-	    -f $$file -t gnn-faas-$$name:$(IMAGE_TAG) . >$(DOCKER_DIR)/build-$$name.log 2>&1 || \
+	    -f $$file -t gnn-faas-$$name:$(IMAGE_TAG) -t gnn-faas-$$name:latest . \
+	    >$(DOCKER_DIR)/build-$$name.log 2>&1 || \
 	    { tail -n 40 $(DOCKER_DIR)/build-$$name.log; exit 1; }; done; \
 	$$docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' 'gnn-faas-*'; \
 	echo "make images: $$(( $$(date +%s) - t0 )) s"
