@@ -250,6 +250,12 @@ class ModelServingConfig:
     cache_prior: str = "degree"
     # compute functions' Update device: auto (CUDA when visible), cpu, cuda
     device: str = "auto"
+    # this model's function sizes where they differ from platform.* (the chart's `sizing`):
+    # the memory budget of its partitions follows its own memory function
+    memory_function_mb: int | None = None
+    compute_function_mb: int | None = None
+    memory_vcpus: float | None = None
+    compute_vcpus: float | None = None
 
 
 @dataclass(frozen=True)

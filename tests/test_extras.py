@@ -50,7 +50,11 @@ def test_version_bounds_the_code_needs():
 # (command, module it reaches) for each extra: a fresh interpreter with the module
 # made unimportable runs the real CLI
 CASES = [
-    (["train", "--dataset", "x", "--arch", "gcn", "--store", "file:///nonexistent"], "torch_geometric", "train"),
+    (
+        ["train", "--dataset", "x", "--arch", "gcn", "--store", "file:///nonexistent"],
+        "torch_geometric",
+        "train",
+    ),
     (["serve", "compute", "--model", "/nonexistent"], "torch", "compute"),
     (["size", "--model", "/nonexistent"], "threadpoolctl", "fit"),
 ]
