@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STORE ?= file://$(CURDIR)/var/store
 
-.PHONY: install test-deps kube-tools run test test-fast lint format bench clean images engine-stop
+.PHONY: install test-deps registry-deps kube-tools run test test-fast lint format bench clean images engine-stop push chart-push
 
 install: $(VENV)/.installed
 
@@ -23,6 +23,12 @@ test-deps:
 	@command -v redis-server >/dev/null || { \
 	  (apt-get update -q && apt-get install -y -q redis-server) >/dev/null; }
 
+# A real OCI registry for the push tests: Debian's docker-registry (the CNCF Distribution
+# registry); tests/registry.py starts it on a free loopback port and stops it.
+registry-deps:
+	@command -v docker-registry >/dev/null || { \
+	  (apt-get update -q && apt-get install -y -q docker-registry) >/dev/null; }
+
 # Real helm, kubectl and kube-apiserver 1.20.2 for the chart and platform tests
 # (../shared/tools/kube-apiserver.sh; the apiserver is built once, a few minutes,
 # then cached under ~/.cache/gnn-faas-tools). The tests call the script too.
@@ -37,7 +43,7 @@ run: install
 # and gateway tests) start the engine themselves (tests/docker_engine.py, the same script) and
 # stop it at the end. Where no engine can start at all they skip, saying why; a failed build
 # fails them.
-test: install test-deps kube-tools
+test: install test-deps registry-deps kube-tools
 	$(MAKE) images || echo "make test: the images were not built; the container tests say why"
 	$(BIN)/python -m pytest -q
 
@@ -65,7 +71,10 @@ bench: install
 DOCKER_DIR := build/docker
 ENGINE := scripts/docker-engine.sh
 BASE_IMAGE ?= gnn-faas-base:bookworm
-IMAGE_TAG ?= latest
+# Images are tagged with the chart's appVersion (what the chart's image references name) and
+# `latest` (what the docker platform runs by default).
+APP_VERSION := $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*/\1/p' charts/Chart.yaml)
+IMAGE_TAG ?= $(APP_VERSION)
 TORCH_VARIANT ?= cpu
 TORCH_WHEEL ?= $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-cp311-*.whl))
 CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
@@ -95,10 +104,46 @@ images:
 	  echo "make images: gnn-faas-$$name:$(IMAGE_TAG) ($$file)"; \
 	  $$docker build --progress plain --network host --build-arg BASE_IMAGE=$(BASE_IMAGE) \
 	    --build-arg WHEELS=$$wheels "$${torch[@]}" "$${secret[@]}" "$${labels[@]}" \
-	    -f $$file -t gnn-faas-$$name:$(IMAGE_TAG) . >$(DOCKER_DIR)/build-$$name.log 2>&1 || \
+	    -f $$file -t gnn-faas-$$name:$(IMAGE_TAG) -t gnn-faas-$$name:latest . \
+	    >$(DOCKER_DIR)/build-$$name.log 2>&1 || \
 	    { tail -n 40 $(DOCKER_DIR)/build-$$name.log; exit 1; }; done; \
 	$$docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' 'gnn-faas-*'; \
 	echo "make images: $$(( $$(date +%s) - t0 )) s"
+
+# `make push REGISTRY=host:port[/path]`: tag the three images (built by `make images`) as
+# REGISTRY/gnn-faas-KIND:IMAGE_TAG and push them; build/pushed-images.txt records each pushed
+# reference with its digest (REGISTRY/gnn-faas-KIND:TAG@sha256:...), one a line. Same engine
+# rule as `make images`. A loopback registry (127.0.0.0/8, localhost) is plain HTTP, as Docker
+# allows by default.
+push:
+	@set -euo pipefail; test -n "$(REGISTRY)" || { echo "make push: set REGISTRY=host:port[/path]" >&2; exit 2; }; \
+	own=0; $(ENGINE) running $(DOCKER_DIR) || own=1; \
+	host=$$($(ENGINE) start $(DOCKER_DIR)); export DOCKER_HOST=$$host; \
+	if [ $$own = 1 ] && $(ENGINE) running $(DOCKER_DIR); then \
+	  trap '$(ENGINE) stop $(DOCKER_DIR)' EXIT; else own=0; fi; \
+	docker=$$($(ENGINE) docker); mkdir -p build; : >build/pushed-images.txt; \
+	for spec in $(IMAGES); do name=gnn-faas-$${spec%%:*}; \
+	  ref=$(patsubst %/,%,$(REGISTRY))/$$name:$(IMAGE_TAG); \
+	  $$docker image inspect $$name:$(IMAGE_TAG) >/dev/null 2>&1 || \
+	    { echo "make push: no image $$name:$(IMAGE_TAG); run make images first" >&2; exit 1; }; \
+	  $$docker tag $$name:$(IMAGE_TAG) $$ref; \
+	  $$docker push $$ref >build/push-$$name.log 2>&1 || { tail -n 20 build/push-$$name.log >&2; exit 1; }; \
+	  digest=$$(sed -n 's/.*digest: \(sha256:[0-9a-f]*\).*/\1/p' build/push-$$name.log | tail -n 1); \
+	  test -n "$$digest" || { echo "make push: no digest for $$ref" >&2; exit 1; }; \
+	  echo "$$ref@$$digest" | tee -a build/pushed-images.txt; done
+
+# `make chart-push REGISTRY=host:port[/path]`: `helm package` the chart into build/chart and
+# `helm push` it to oci://REGISTRY/charts (install it with
+# `helm install NAME oci://REGISTRY/charts/gnn-faas --version VERSION`). helm comes from
+# ../shared/tools/kube-apiserver.sh; a loopback registry is reached over plain HTTP.
+HELM ?= $(shell PYTHON=$(BIN)/python bash ../shared/tools/kube-apiserver.sh tools 2>/dev/null)/helm
+chart-push:
+	@set -euo pipefail; test -n "$(REGISTRY)" || { echo "make chart-push: set REGISTRY=host:port[/path]" >&2; exit 2; }; \
+	plain=(); case "$(REGISTRY)" in 127.*|localhost*|\[::1\]*) plain=(--plain-http);; esac; \
+	mkdir -p build/chart; rm -f build/chart/*.tgz; \
+	$(HELM) package charts -d build/chart >/dev/null; pkg=$$(ls build/chart/*.tgz); \
+	$(HELM) push $$pkg oci://$(patsubst %/,%,$(REGISTRY))/charts "$${plain[@]}" 2>&1 | tee build/chart/push.log; \
+	grep -q '^Digest: sha256:' build/chart/push.log
 
 # Stop the engine `make images` or the tests started under build/docker, if one still runs.
 engine-stop:

@@ -119,9 +119,16 @@ class OpenFaaSSettings:
     url: str = "http://gateway.openfaas:8080"
     namespace: str | None = None
     selector: str = ""
-    # basic auth read from these environment variables (the chart fills them from a Secret)
+    # basic auth read from these environment variables, else from the Kubernetes Secret
+    # credentials_secret ("NAMESPACE/NAME", keys user_key and password_key): OpenFaaS keeps it
+    # in its own namespace, which a Pod cannot mount (the chart grants `get` on it alone)
     user_env: str = "OPENFAAS_USER"
     password_env: str = "OPENFAAS_PASSWORD"
+    credentials_secret: str | None = None
+    user_key: str = "basic-auth-user"
+    password_key: str = "basic-auth-password"
+    # kubeconfig for reading that Secret; None: in-cluster config, else ~/.kube/config
+    kubeconfig: str | None = None
     # scale through /system/scale-function with FaaS-GNN's launch rule (else OpenFaaS does)
     gateway_scaling: bool = False
     # calls one replica serves at once
@@ -229,6 +236,12 @@ class ModelServingConfig:
     cache_prior: str = "degree"
     # compute functions' Update device: auto (CUDA when visible), cpu, cuda
     device: str = "auto"
+    # this model's function sizes where they differ from platform.* (the chart's `sizing`):
+    # the memory budget of its partitions follows its own memory function
+    memory_function_mb: int | None = None
+    compute_function_mb: int | None = None
+    memory_vcpus: float | None = None
+    compute_vcpus: float | None = None
 
 
 @dataclass(frozen=True)

@@ -53,31 +53,58 @@ gnn-faas.io/function: {{ include "gnn-faas.functionName" . }}
 {{- printf "%s-%s" .model.name .kind }}
 {{- end }}
 
-{{/* Kubernetes name of a function's Knative Service / OpenFaaS Function. */}}
+{{/* Kubernetes name of a function's Knative Service / OpenFaaS Function: FULLNAME-MODEL-KIND,
+at most 49 characters, so that Knative's derived names (NAME-00001-private) stay DNS labels
+(63). A longer name keeps its first 40 characters and gets "-" + the first 8 hex digits of the
+sha256 of the whole name: two long names that share a prefix never collide. */}}
 {{- define "gnn-faas.functionResourceName" -}}
-{{- printf "%s-%s-%s" (include "gnn-faas.fullname" .root) .model.name .kind | trunc 63 | trimSuffix "-" }}
+{{- $full := printf "%s-%s-%s" (include "gnn-faas.fullname" .root) .model.name .kind }}
+{{- if le (len $full) 49 }}
+{{- $full }}
+{{- else }}
+{{- printf "%s-%s" ($full | trunc 40 | trimSuffix "-") ($full | sha256sum | trunc 8) }}
+{{- end }}
 {{- end }}
 
 {{- define "gnn-faas.gatewayName" -}}
 {{- printf "%s-gateway" (include "gnn-faas.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* The gateway's ServiceAccount: created by the chart, or an existing one named in
+serviceAccount.name (never the namespace's `default`: the gateway's Role is bound to it). */}}
 {{- define "gnn-faas.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "gnn-faas.gatewayName" .) .Values.serviceAccount.name }}
 {{- else }}
-{{- default "default" .Values.serviceAccount.name }}
+{{- if or (not .Values.serviceAccount.name) (eq .Values.serviceAccount.name "default") }}
+{{- fail "serviceAccount.create=false needs serviceAccount.name: an existing ServiceAccount for the gateway alone (not `default`: every pod of the namespace would get the gateway's Role)" }}
+{{- end }}
+{{- .Values.serviceAccount.name }}
 {{- end }}
 {{- end }}
 
-{{/* Image reference: ctx = dict "root" $ "name" IMAGE_NAME. */}}
-{{- define "gnn-faas.image" -}}
-{{- $tag := default .root.Chart.AppVersion .root.Values.image.tag }}
-{{- if .root.Values.image.registry }}
-{{- printf "%s/%s:%s" (trimSuffix "/" .root.Values.image.registry) .name $tag }}
-{{- else }}
-{{- printf "%s:%s" .name $tag }}
+{{/* The function pods' ServiceAccount: no token, no Role. */}}
+{{- define "gnn-faas.functionServiceAccountName" -}}
+{{- printf "%s-function" (include "gnn-faas.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
+
+{{/* Namespace of the functions (OpenFaaS may put them in its own function namespace). */}}
+{{- define "gnn-faas.functionNamespace" -}}
+{{- if eq .Values.platform "openfaas" }}{{ default .Release.Namespace .Values.openfaas.functionNamespace }}{{ else }}{{ .Release.Namespace }}{{ end }}
+{{- end }}
+
+{{/* Image reference of one of the three images: ctx = dict "root" $ "kind" memory|compute|gateway.
+REGISTRY/REPOSITORY:TAG[@DIGEST], where image.KIND overrides the registry and tag of image.*
+and a digest pins the exact image (`make push` records them). */}}
+{{- define "gnn-faas.image" -}}
+{{- $v := .root.Values.image }}
+{{- $i := get $v .kind }}
+{{- $registry := default $v.registry $i.registry | trimSuffix "/" }}
+{{- $tag := default (default .root.Chart.AppVersion $v.tag) $i.tag }}
+{{- $ref := printf "%s:%s" $i.repository $tag }}
+{{- if $registry }}{{ $ref = printf "%s/%s" $registry $ref }}{{ end }}
+{{- if $i.digest }}{{ $ref = printf "%s@%s" $ref $i.digest }}{{ end }}
+{{- $ref }}
 {{- end }}
 
 {{/* A function's settings: the kind's defaults with the model's sizing on top (a dict). */}}
@@ -96,8 +123,12 @@ gnn-faas.io/function: {{ include "gnn-faas.functionName" . }}
 {{- end }}
 {{- end }}
 
-{{/* Environment of every container reading the store: GNN_FAAS_STORE and credentials. */}}
+{{/* Environment of every container reading the store: GNN_FAAS_STORE and the read-only
+credentials; with `dict "root" $ "write" true` (the prepare Job only) the read-write ones. */}}
 {{- define "gnn-faas.storeEnv" -}}
+{{- $root := default . .root }}
+{{- $write := and (hasKey . "write") .write }}
+{{- with $root }}
 {{- if eq .Values.store.type "s3" }}
 - name: GNN_FAAS_STORE
   value: {{ include "gnn-faas.storeUri" . | quote }}
@@ -110,19 +141,20 @@ gnn-faas.io/function: {{ include "gnn-faas.functionName" . }}
 - name: AWS_ACCESS_KEY_ID
   valueFrom:
     secretKeyRef:
-      name: {{ .Values.store.s3.existingSecret }}
+      name: {{ ternary .Values.store.s3.writeSecret .Values.store.s3.existingSecret $write }}
       key: {{ .Values.store.s3.accessKeyIdKey }}
 - name: AWS_SECRET_ACCESS_KEY
   valueFrom:
     secretKeyRef:
-      name: {{ .Values.store.s3.existingSecret }}
+      name: {{ ternary .Values.store.s3.writeSecret .Values.store.s3.existingSecret $write }}
       key: {{ .Values.store.s3.secretAccessKeyKey }}
 {{- else }}
 - name: GNN_FAAS_STORE
   valueFrom:
     secretKeyRef:
-      name: {{ .Values.store.redis.existingSecret }}
+      name: {{ ternary .Values.store.redis.writeSecret .Values.store.redis.existingSecret $write }}
       key: {{ .Values.store.redis.urlKey }}
+{{- end }}
 {{- end }}
 {{- end }}
 
@@ -148,7 +180,7 @@ seccompProfile:
   type: RuntimeDefault
 {{- end }}
 
-{{/* Resources from cpu and memoryMb (requests = limits). */}}
+{{/* Resources from cpu, memoryMb (requests = limits) and gpus (nvidia.com/gpu limit). */}}
 {{- define "gnn-faas.functionResources" -}}
 requests:
   cpu: {{ .cpu | quote }}
@@ -156,12 +188,15 @@ requests:
 limits:
   cpu: {{ .cpu | quote }}
   memory: {{ printf "%vMi" .memoryMb | quote }}
+  {{- if .gpus }}
+  nvidia.com/gpu: {{ .gpus | quote }}
+  {{- end }}
 {{- end }}
 
 {{/* Init container pulling a model's checkpoint from the store into /model. */}}
 {{- define "gnn-faas.fetchModelContainer" -}}
 - name: {{ .name | default "fetch-model" }}
-  image: {{ include "gnn-faas.image" (dict "root" .root "name" .root.Values.image.memory) }}
+  image: {{ include "gnn-faas.image" (dict "root" .root "kind" "memory") }}
   imagePullPolicy: {{ .root.Values.image.pullPolicy }}
   command: ["gnn-faas", "model", "pull", "--store", "$(GNN_FAAS_STORE)", "--name", {{ .model.name | quote }}, "--out", {{ .out | quote }}]
   {{- if .scratch }}
@@ -198,4 +233,11 @@ emptyDir at /scratch instead, and every variable the images point at /tmp follow
 - name: {{ $name }}
   value: {{ printf "/scratch%s" $sub | quote }}
 {{- end }}
+{{- end }}
+
+{{/* The served models' names, comma-separated. */}}
+{{- define "gnn-faas.modelNames" -}}
+{{- $names := list }}
+{{- range .Values.models }}{{ $names = append $names .name }}{{ end }}
+{{- join "," $names }}
 {{- end }}

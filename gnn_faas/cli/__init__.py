@@ -4,7 +4,8 @@ Each command lives in its own module exposing ``register(subparsers)``; modules
 are imported only to build the parser and must keep heavy imports (torch,
 sklearn, boto3) inside their handlers, so ``gnn-faas serve memory`` never loads
 torch. Handlers return an exit code; a :class:`GnnFaasError` becomes a one-line
-message on stderr and exit code 2, never a traceback.
+message on stderr and exit code 2, never a traceback; so does an optional module
+that is not installed (the message names the pip extra, gnn_faas/extras.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import importlib
 import sys
 
 from gnn_faas.errors import GnnFaasError
+from gnn_faas.extras import missing_extra
 
 # Command modules, in the order ``--help`` lists them.
 COMMAND_MODULES = [
@@ -53,6 +55,12 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.handler(args) or 0)
     except GnnFaasError as exc:
         print(f"gnn-faas {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        missing = missing_extra(exc, f"gnn-faas {args.command}")
+        if missing is None:
+            raise
+        print(f"gnn-faas {args.command}: error: {missing}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

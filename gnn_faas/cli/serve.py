@@ -6,6 +6,12 @@ images run::
     gnn-faas serve memory --store URI --graph NAME [--port P --host H --memory-mb M
                           --workers 1 --threads 4 --predictor FILE]
     gnn-faas serve compute --model DIR [--port P --host H --threads N --workers 1]
+                           [--store URI --model-name NAME]
+
+With ``--store`` and ``--model-name`` the compute function first pulls the
+checkpoint ``_models/NAME/`` from the store into ``--model`` (a writable
+directory): how a function started in a cluster gets its model without an init
+container (Knative gates those behind a feature flag).
 
 ``--port 0`` (the default) takes a free port. Once the sockets are bound the
 instance prints one line, ``gnn-faas memory function listening on
@@ -60,6 +66,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     c = roles.add_parser("compute", help="compute function: Update layers of one model")
     c.add_argument("--model", required=True, help="checkpoint directory (config.json + weights)")
+    c.add_argument(
+        "--store",
+        default=None,
+        help="pull the checkpoint from this store first (with --model-name)",
+    )
+    c.add_argument(
+        "--model-name", default=None, help="model name in the store (_models/NAME/, with --store)"
+    )
     _common(
         c,
         threads_help="torch threads per worker (default: $GNN_FAAS_THREADS or cores / workers)",
@@ -135,8 +149,19 @@ def _serve_compute(args: argparse.Namespace) -> int:
     from gnn_faas.functions.gunicorn_runner import ServerConfig, serve
 
     _check(args)
+    import importlib.util
+
+    from gnn_faas.errors import InvalidRequest, MissingExtra
     from gnn_faas.functions.device import parse_device
 
+    if importlib.util.find_spec("torch") is None:  # the worker would die on import
+        raise MissingExtra("the compute function", "compute", "torch")
+    if (args.store is None) != (args.model_name is None):
+        raise InvalidRequest("--store and --model-name go together (pull the checkpoint first)")
+    if args.store is not None:
+        from gnn_faas.functions.checkpoint_store import pull_checkpoint
+
+        pull_checkpoint(args.store, args.model_name, args.model)
     load_config(args.model)  # fail fast with one line (no torch: config only)
     args.device = parse_device(args.device)  # spelling only: CUDA is asked in the worker
     model_dir, device, workers = args.model, args.device, args.workers

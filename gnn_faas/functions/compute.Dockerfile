@@ -14,7 +14,11 @@
 # - The function uses CUDA when torch sees a device (--device overrides), else the CPU with
 #   GNN_FAAS_THREADS threads (default: the CPUs the container may use / workers).
 # pip reaches the index with the CA bundle given as the BuildKit secret `ca` (optional; never
-# in a layer). Contract as memory.Dockerfile: $PORT, /v2/health/ready and /_/health, uid 10001,
+# in a layer). The image also runs the chart's prepare Job (`gnn-faas datasets prepare`, `gnn-faas
+# train` with PyG, `gnn-faas model push`) and pulls its checkpoint from the store at start
+# (`serve compute --store URI --model-name NAME`; in the entrypoint: GNN_FAAS_MODEL_NAME with
+# GNN_FAAS_STORE, or GNN_FAAS_STORE_FILE naming a file that holds the store URI): EXTRAS brings PyG and the store clients.
+# Contract as memory.Dockerfile: $PORT, /v2/health/ready and /_/health, uid 10001,
 # read-only root filesystem with /tmp writable.
 ARG BASE_IMAGE=gnn-faas-base:bookworm
 ARG WHEELS=gnn-faas-base:bookworm
@@ -22,6 +26,9 @@ FROM ${WHEELS} AS wheels
 FROM ${BASE_IMAGE}
 
 ARG TORCH_SPEC=torch
+ARG EXTRAS=compute,train,s3,redis
+# botocore describes every AWS service (30 MB); the store needs S3 (and STS/SSO for credentials)
+ARG BOTOCORE_SERVICES="s3 sts sso sso-oidc"
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
 
 ENV VIRTUAL_ENV=/opt/venv \
@@ -48,9 +55,11 @@ RUN --mount=type=secret,id=ca \
     set -e; if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi; \
     pip="python $(ls /usr/share/python-wheels/pip-*.whl /usr/local/lib/python3*/ensurepip/_bundled/pip-*.whl \
       /usr/lib/python3*/ensurepip/_bundled/pip-*.whl 2>/dev/null | head -n 1)/pip"; \
-    python3 /opt/gnn-faas/requirements.py /opt/gnn-faas/pyproject.toml compute >/tmp/req.txt; \
+    python3 /opt/gnn-faas/requirements.py /opt/gnn-faas/pyproject.toml "${EXTRAS}" >/tmp/req.txt; \
     $pip install -q -r /tmp/req.txt; \
     rm -rf /tmp/req.txt /root/.cache; \
+    for d in /opt/venv/lib/python3*/site-packages/botocore/data/*/; do \
+      case " ${BOTOCORE_SERVICES} " in *" $(basename "$d") "*) ;; *) rm -rf "$d" ;; esac; done; \
     find /opt/venv/lib/python3*/site-packages/numpy /opt/venv/lib/python3*/site-packages/scipy \
       -depth -type d -name tests -exec rm -rf {} +; \
     find /opt/venv/lib/python3*/site-packages \( -name '*.pyi' -o -name '*.pxd' -o -name '*.pyx' \
@@ -64,6 +73,7 @@ RUN --mount=type=secret,id=ca \
     $pip install -q --no-deps /opt/gnn-faas; \
     rm -rf /opt/gnn-faas; \
     python -c "import torch, gnn_faas.functions.compute_app; print('torch', torch.__version__)"; \
+    python -c "import torch_geometric, boto3, redis, gnn_faas.functions.pyg_models, gnn_faas.functions.checkpoint_store"; \
     echo 'gnnfaas:x:10001:10001:gnn-faas:/tmp:/usr/sbin/nologin' >>/etc/passwd; \
     echo 'gnnfaas:x:10001:' >>/etc/group
 
@@ -73,11 +83,11 @@ ENV HOME=/tmp TMPDIR=/tmp XDG_CACHE_HOME=/tmp/.cache MPLCONFIGDIR=/tmp/matplotli
     TORCH_HOME=/tmp/.cache/torch TORCHINDUCTOR_CACHE_DIR=/tmp/.cache/inductor \
     PYTHONDONTWRITEBYTECODE=1 \
     GNN_FAAS_EXIT_ON_WORKER_DEATH=1 \
-    HOST=0.0.0.0 PORT=8080 MODEL_DIR=""
+    HOST=0.0.0.0 PORT=8080 MODEL_DIR="" GNN_FAAS_MODEL_NAME="" GNN_FAAS_STORE="" GNN_FAAS_STORE_FILE=""
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
   CMD ["python", "-c", "import os, urllib.request as r; r.urlopen('http://127.0.0.1:%s/v2/health/ready' % os.environ.get('PORT', '8080'), timeout=2)"]
-ENTRYPOINT ["/bin/sh", "-c", "exec gnn-faas serve compute --host \"${HOST}\" --port \"${PORT}\" ${MODEL_DIR:+--model \"$MODEL_DIR\"} \"$@\"", "gnn-faas-compute"]
+ENTRYPOINT ["/bin/sh", "-c", "if [ -n \"${GNN_FAAS_STORE_FILE}\" ]; then GNN_FAAS_STORE=$(cat \"$GNN_FAAS_STORE_FILE\") || exit 2; fi; exec gnn-faas serve compute --host \"${HOST}\" --port \"${PORT}\" ${MODEL_DIR:+--model \"$MODEL_DIR\"} ${GNN_FAAS_MODEL_NAME:+--store \"$GNN_FAAS_STORE\" --model-name \"$GNN_FAAS_MODEL_NAME\"} \"$@\"", "gnn-faas-compute"]
 CMD []
 
 # Labels last: their build arguments change every build and must not void the cache above.

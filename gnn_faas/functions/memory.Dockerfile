@@ -14,7 +14,9 @@
 #
 # Contract (Knative, OpenFaaS, the docker platform): listens on $PORT (8080) at $HOST
 # (0.0.0.0); readiness on /v2/health/ready and /_/health; runs as uid 10001; only /tmp is
-# written (read-only root filesystem); the container's memory limit (cgroup) sizes the feature
+# written (read-only root filesystem); GNN_FAAS_STORE_FILE names a file holding the store URI
+# (OpenFaaS mounts Secrets as files), GNN_FAAS_CACHE_PRIOR and GNN_FAAS_CACHE_MAX_ROWS set the
+# feature cache (the chart's OpenFaaS Functions cannot set a command); the container's memory limit (cgroup) sizes the feature
 # cache unless --memory-mb is given; a worker killed (e.g. by the OOM killer) ends the container
 # (GNN_FAAS_EXIT_ON_WORKER_DEATH), so the platform sees the kill. SIGTERM shuts down cleanly.
 ARG BASE_IMAGE=gnn-faas-base:bookworm
@@ -87,7 +89,7 @@ ENV HOME=/tmp TMPDIR=/tmp XDG_CACHE_HOME=/tmp/.cache MPLCONFIGDIR=/tmp/matplotli
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
   CMD ["python", "-c", "import os, urllib.request as r; r.urlopen('http://127.0.0.1:%s/v2/health/ready' % os.environ.get('PORT', '8080'), timeout=2)"]
-ENTRYPOINT ["/bin/sh", "-c", "exec gnn-faas serve memory --host \"${HOST}\" --port \"${PORT}\" ${GNN_FAAS_STORE:+--store \"$GNN_FAAS_STORE\"} ${GNN_FAAS_GRAPH:+--graph \"$GNN_FAAS_GRAPH\"} \"$@\"", "gnn-faas-memory"]
+ENTRYPOINT ["/bin/sh", "-c", "if [ -n \"${GNN_FAAS_STORE_FILE}\" ]; then GNN_FAAS_STORE=$(cat \"$GNN_FAAS_STORE_FILE\") || exit 2; fi; exec gnn-faas serve memory --host \"${HOST}\" --port \"${PORT}\" ${GNN_FAAS_STORE:+--store \"$GNN_FAAS_STORE\"} ${GNN_FAAS_GRAPH:+--graph \"$GNN_FAAS_GRAPH\"} ${GNN_FAAS_CACHE_PRIOR:+--cache-prior \"$GNN_FAAS_CACHE_PRIOR\"} ${GNN_FAAS_CACHE_MAX_ROWS:+--cache-max-rows \"$GNN_FAAS_CACHE_MAX_ROWS\"} \"$@\"", "gnn-faas-memory"]
 CMD []
 
 # Labels last: their build arguments change every build and must not void the cache above.

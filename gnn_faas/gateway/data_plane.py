@@ -134,6 +134,7 @@ class ModelRuntime:
             self.embeddings = EmbeddingStore.open(self.graph, m.name, checkpoint_sha256(ckpt))
         self.new_vertex_limits = NewVertexLimits(m.max_new_vertices, m.max_new_edges)
         p = serving.platform
+        mem_mb = m.memory_function_mb or p.memory_function_mb  # the model's own size first
         cache_off = m.mode == "request_centric"
         mem_args = ["--store", serving.store, "--graph", m.graph]
         if cache_off:
@@ -144,16 +145,16 @@ class ModelRuntime:
             name=f"{m.name}-memory",
             kind="memory",
             args=tuple(mem_args),
-            memory_mb=p.memory_function_mb,
-            vcpus=p.memory_vcpus,
+            memory_mb=mem_mb,
+            vcpus=m.memory_vcpus or p.memory_vcpus,
             keep_alive_s=p.keep_alive_s,
         )
         self.compute_spec = FunctionSpec(
             name=f"{m.name}-compute",
             kind="compute",
             args=("--model", str(ckpt), "--device", m.device),
-            memory_mb=p.compute_function_mb,
-            vcpus=p.compute_vcpus,
+            memory_mb=m.compute_function_mb or p.compute_function_mb,
+            vcpus=m.compute_vcpus or p.compute_vcpus,
             keep_alive_s=p.keep_alive_s,
         )
         self.platform = platform
@@ -177,7 +178,7 @@ class ModelRuntime:
             self.plan,
             MeteredPool(self.memory_pool, platform),
             MeteredPool(self.compute_pool, platform),
-            budget_bytes=p.memory_function_mb * 2**20,
+            budget_bytes=mem_mb * 2**20,
             runtime_bytes=runtime_bytes,
             clients=ClientCache(),
         )

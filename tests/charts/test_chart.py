@@ -34,6 +34,7 @@ def values_for(platform: str, store: str, ingress: bool) -> dict:
         "platform": platform,
         "store": {"type": store},
         "gateway": {
+            "replicas": 2 if ingress else 1,
             "ingress": {"enabled": ingress, "host": "gnn.example.com"},
             "serviceMonitor": {"enabled": ingress},
         },
@@ -53,11 +54,12 @@ def is_function(obj: dict) -> bool:
     return obj["apiVersion"] == "openfaas.com/v1"
 
 
-def validate(obj: dict) -> None:
-    """Raise if ``obj`` fails its schema (by kind)."""
+def validate(obj: dict, features: frozenset[str] = frozenset()) -> None:
+    """Raise if ``obj`` fails its schema (by kind); Knative Services also the
+    webhook's rules with the feature flags ``features`` on (stock: none)."""
     if is_knative(obj):
         jsonschema.validate(obj, crd_schema("knative-serving-service.yaml"))
-        errors = knative_errors(obj)
+        errors = knative_errors(obj, features)
         if errors:
             raise jsonschema.ValidationError("; ".join(errors))
     elif is_function(obj):
@@ -73,6 +75,8 @@ def pod_specs(obj: dict) -> list[dict]:
         return [obj["spec"]["template"]["spec"]]
     if obj["kind"] in ("Deployment", "Job"):
         return [obj["spec"]["template"]["spec"]]
+    if obj["kind"] == "Pod":
+        return [obj["spec"]]
     return []
 
 
@@ -99,10 +103,11 @@ def test_every_object_validates(rendered):
     assert len(functions) == 4  # 2 models x (memory, compute)
     assert all(is_knative(f) == (platform == "knative") for f in functions)
     assert ("Ingress" in kinds) == ingress == ("ServiceMonitor" in kinds)
-    assert {"Deployment", "Service", "ConfigMap", "ServiceAccount", "PodDisruptionBudget"} <= set(
+    assert {"Deployment", "Service", "ConfigMap", "ServiceAccount", "Role", "NetworkPolicy"} <= set(
         kinds
     )
-    assert ("Role" in kinds) == (platform == "knative")
+    # a PDB only with two gateway replicas (with one it would block every node drain)
+    assert ("PodDisruptionBudget" in kinds) == ingress
 
 
 def test_labels_everywhere(rendered):
@@ -159,7 +164,28 @@ def test_store_wiring(rendered):
         ref = env["GNN_FAAS_STORE"]["valueFrom"]["secretKeyRef"]
         assert ref == {"name": "gnn-faas-redis", "key": "url"}
     if platform == "openfaas":
-        assert env["OPENFAAS_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == "basic-auth"
+        # basic auth comes from OpenFaaS's own Secret in its namespace, through a Role for
+        # that Secret alone (a Pod cannot mount a Secret of another namespace)
+        assert not any(k.startswith("OPENFAAS_") for k in env)
+        cm = next(o for o in objs if o["kind"] == "ConfigMap")
+        ofaas = yaml.safe_load(cm["data"]["serving.yaml"])["platform"]["openfaas"]
+        assert ofaas["credentials_secret"] == "openfaas/basic-auth"
+        role = next(o for o in objs if o["kind"] == "Role")
+        assert role["metadata"]["namespace"] == "openfaas"
+        assert role["rules"] == [
+            {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["basic-auth"],
+             "verbs": ["get"]}
+        ]  # fmt: skip
+        # every function reads the store: s3 through the credentials file, redis through the
+        # URL file of the Secret (never an empty GNN_FAAS_STORE)
+        for fn in (o for o in objs if is_function(o)):
+            fenv = fn["spec"]["environment"]
+            assert fn["spec"]["secrets"] == [f"gnn-faas-{store}"]
+            if store == "redis":
+                assert "GNN_FAAS_STORE" not in fenv
+                assert fenv["GNN_FAAS_STORE_FILE"] == "/var/openfaas/secrets/url"
+            else:
+                assert fenv["GNN_FAAS_STORE"] == "s3://gnn-faas"
 
 
 def test_configmap_is_the_serving_config(rendered, monkeypatch):
@@ -189,16 +215,29 @@ def test_cpu_quantities_become_cores_in_the_serving_config():
 def test_prepare_job_steps_per_model():
     values = values_for("knative", "s3", False)
     job = next(o for o in render(values) if o["kind"] == "Job")
-    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
     spec = job["spec"]["template"]["spec"]
     # cora has no dataset: its graph and checkpoint must be in the store already
     assert [c["name"] for c in spec["initContainers"]] == ["dataset-0", "train-0"]
-    images = [c["image"].split(":")[0] for c in spec["initContainers"] + spec["containers"]]
-    assert images == ["gnn-faas-memory", "gnn-faas-compute", "gnn-faas-memory"]
+    images = [c["image"] for c in spec["initContainers"] + spec["containers"]]
+    assert images == ["ghcr.io/gnn-faas/gnn-faas-compute:0.1.0"] * 3  # one image, every step
     assert spec["containers"][0]["command"][-1] == "/tmp/models/bitcoin-otc"
     train = spec["initContainers"][1]["command"]
     assert train[3:] == ["bitcoin-otc", "bitcoin-otc", "gcn", "2", "64", "100", "bitcoin-otc"]
     assert "env" not in spec["initContainers"][1]  # no store credentials where not needed
+    # the steps that write the store get the read-write Secret, nothing else does
+    for c in (spec["initContainers"][0], spec["containers"][0]):
+        refs = {e["valueFrom"]["secretKeyRef"]["name"] for e in c["env"] if "valueFrom" in e}
+        assert refs == {"gnn-faas-s3-write"}
+    readers = [o for o in render(values) if is_knative(o) or o["kind"] == "Deployment"]
+    for o in readers:
+        for c in o["spec"]["template"]["spec"]["containers"]:
+            refs = {e["valueFrom"]["secretKeyRef"]["name"] for e in c["env"] if "valueFrom" in e}
+            assert refs == {"gnn-faas-s3"}, o["metadata"]["name"]
+    # on install only, unless asked: an upgrade does not retrain
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install"
+    values["prepare"]["onUpgrade"] = True
+    job = next(o for o in render(values) if o["kind"] == "Job")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
 
 
 def test_knative_service_settings():
@@ -224,8 +263,20 @@ def test_knative_service_settings():
     assert c["resources"]["limits"] == {"cpu": "1", "memory": "512Mi"}
     cc = comp["spec"]["template"]["spec"]["containers"][0]
     assert cc["resources"]["requests"] == {"cpu": "750m", "memory": "700Mi"}
-    assert cc["image"] == "gnn-faas-compute:0.1.0"
+    assert cc["image"] == "ghcr.io/gnn-faas/gnn-faas-compute:0.1.0"
     assert cc["imagePullPolicy"] == "IfNotPresent"
+    # stock Knative rejects init containers: the compute function pulls its checkpoint itself
+    assert "initContainers" not in comp["spec"]["template"]["spec"]
+    cmd = cc["command"]
+    assert cmd[cmd.index("--model-name") + 1] == "bitcoin-otc"
+    assert cmd[cmd.index("--store") + 1] == "$(GNN_FAAS_STORE)"
+    assert cmd[cmd.index("--model") + 1] == "/scratch/model"
+    # the init-container path stays, as an option
+    comp = next(
+        o
+        for o in render(values, "knative.fetchModel=true")
+        if is_knative(o) and o["metadata"]["name"].endswith("-compute")
+    )
     init = comp["spec"]["template"]["spec"]["initContainers"][0]
     assert init["command"][:3] == ["gnn-faas", "model", "pull"]
 
@@ -395,7 +446,345 @@ def test_prepare_job_and_fetch_model_commands_run(tmp_path):
 
     for c in job["initContainers"] + job["containers"]:
         run(c["command"])
-    run(compute["initContainers"][0]["command"])
+    fetch = next(
+        o
+        for o in render(values, "knative.fetchModel=true")
+        if is_knative(o) and o["metadata"]["labels"]["gnn-faas.io/function-kind"] == "compute"
+    )["spec"]["template"]["spec"]
+    run(fetch["initContainers"][0]["command"])
+    # the default path: the compute function pulls the same checkpoint at start (the pull
+    # itself, then a clear exit where the store lacks the model)
+    serve = compute["containers"][0]["command"]
+    assert "--model-name" in serve
     cfg = load_config(tmp_path / "model")
     assert cfg.hidden_dim == 8 and cfg.arch == "gcn"
     assert load_config(pod_tmp / "models" / "btc") == cfg
+
+
+# -- rules that keep a render from reaching Knative's webhook (or a broken object) ---------
+
+
+@pytest.mark.parametrize(
+    "sets, field",
+    [
+        (["functions.keepAliveSeconds=3601"], "'/functions/keepAliveSeconds'"),
+        (
+            ["functions.memory.autoscaling.targetUtilizationPercentage=101"],
+            "'/functions/memory/autoscaling/targetUtilizationPercentage'",
+        ),
+        (
+            ["functions.compute.autoscaling.targetUtilizationPercentage=0"],
+            "'/functions/compute/autoscaling/targetUtilizationPercentage'",
+        ),
+        (["functions.memory.autoscaling.target=0.001"], "'/functions/memory/autoscaling/target'"),
+        (["functions.memory.autoscaling.window=60"], "'/functions/memory/autoscaling/window'"),
+        (["knative.progressDeadline=10m"], "'/knative/progressDeadline'"),
+        (["image.registry=https://registry.example.com"], "'/image/registry'"),
+        (["image.tag=not a tag"], "'/image/tag'"),
+        (["image.compute.digest=latest"], "'/image/compute/digest'"),
+        (["image.gateway.repository=Gateway"], "'/image/gateway/repository'"),
+        (["serviceAccount.create=false", "serviceAccount.name=default"], "'/serviceAccount/name'"),
+        (["functions.memory.env[0].name=PORT", "functions.memory.env[0].value=1"], "'/functions/memory/env/0/name'"),
+        (["functions.compute.gpus=-1"], "'/functions/compute/gpus'"),
+        (["networkPolicy.knativeNamespaces[0]=Bad_NS"], "'/networkPolicy/knativeNamespaces/0'"),
+        (["models[0].cachePrior=pagerank"], "'/models/0/cachePrior'"),
+        (["openfaas.basicAuthNamespace=Open_FaaS"], "'/openfaas/basicAuthNamespace'"),
+    ],
+)  # fmt: skip
+def test_schema_rejects_what_knative_would(sets, field):
+    test_schema_rejects_wrong_values_naming_the_field(sets, field)
+
+
+TWO_MODELS = [
+    "models[0].name=a",
+    "models[0].graph=g",
+    "models[1].name=b",
+    "models[1].graph=g",
+]
+
+
+@pytest.mark.parametrize(
+    "sets, message",
+    [
+        (["models[0].name=a", "models[0].graph=g", "models[1].name=a", "models[1].graph=h"],
+         'the name "a" is used twice'),
+        (["sizing.nope.memory.memoryMb=256"], "sizing.nope: no model of that name"),
+        (["functions.memory.autoscaling.minScale=5"], "minScale 5 > maxScale 4"),
+        (["sizing.bitcoin-otc.compute.memoryMb=256", "functions.compute.autoscaling.initialScale=9",
+          "functions.compute.autoscaling.maxScale=8"], "initialScale 9 > maxScale 8"),
+        (["functions.compute.autoscaling.initialScale=0"], "initialScale 0 needs knative.allowZeroInitialScale"),
+        (["functions.memory.autoscaling.target=1"], "target 1 must be below containerConcurrency 1"),
+        (["functions.memory.containerConcurrency=2", "functions.memory.autoscaling.target=3"],
+         "target 3 must be below containerConcurrency 2"),
+        (["functions.memory.autoscaling.window=5s"], "window 5s is outside Knative's 6s..1h"),
+        (["functions.compute.autoscaling.window=61m"], "window 61m is outside Knative's 6s..1h"),
+        (["functions.compute.autoscaling.window=5000ms"], "window 5000ms is outside"),
+        (["prepare.enabled=true", "store.s3.writeSecret="], "set store.s3.writeSecret"),
+        (["prepare.enabled=true", "store.type=redis", "store.redis.writeSecret="],
+         "set store.redis.writeSecret"),
+        (["serviceAccount.create=false"], "serviceAccount.create=false needs serviceAccount.name"),
+    ],
+)  # fmt: skip
+def test_render_time_rules_reject_with_a_message(sets, message):
+    args = ["template", "x", str(CHART)]
+    for s in sets:
+        args += ["--set", s]
+    r = helm(*args, check=False)
+    assert r.returncode != 0, r.stdout[:500]
+    assert message in r.stderr, r.stderr
+
+
+def test_rules_pass_their_allowed_edges():
+    """The same rules let the edges through: the checks above can pass."""
+    objs = render(
+        None,
+        "functions.memory.autoscaling.window=6s",
+        "functions.compute.autoscaling.window=1h",
+        "functions.keepAliveSeconds=3600",
+        "functions.memory.autoscaling.minScale=4",
+        "functions.compute.autoscaling.initialScale=0",
+        "knative.allowZeroInitialScale=true",
+        "serviceAccount.create=false",
+        "serviceAccount.name=gw",
+    )
+    ksvcs = [o for o in objs if is_knative(o)]
+    assert len(ksvcs) == 2
+    for k in ksvcs:
+        assert knative_errors(k, allow_zero_initial_scale=True) == []
+    ann = ksvcs[1]["spec"]["template"]["metadata"]["annotations"]
+    assert ann["autoscaling.knative.dev/initial-scale"] == "0"
+    binding = next(o for o in objs if o["kind"] == "RoleBinding")
+    assert binding["subjects"][0]["name"] == "gw"
+
+
+def test_webhook_rules_reject_their_fixtures():
+    """Each admission rule knative_rules.py mirrors fails a fixture."""
+    ksvc = next(o for o in render(None) if is_knative(o))
+    assert knative_errors(ksvc) == []
+    key = "autoscaling.knative.dev/"
+    for ann, message in (
+        ({"min-scale": "5", "max-scale": "4"}, "min-scale 5 > max-scale 4"),
+        ({"initial-scale": "0"}, "initial-scale 0"),
+        ({"target": "0.001"}, "target 0.001"),
+        ({"target-utilization-percentage": "0"}, "target-utilization-percentage 0"),
+        ({"window": "5s"}, "window 5s"),
+        ({"window": "2h"}, "window 2h"),
+        ({"scale-to-zero-pod-retention-period": "3601s"}, "retention-period 3601s"),
+    ):
+        bad = copy.deepcopy(ksvc)
+        bad["spec"]["template"]["metadata"]["annotations"].update(
+            {key + k: v for k, v in ann.items()}
+        )
+        assert any(message in e for e in knative_errors(bad)), (ann, knative_errors(bad))
+    for field, value in (
+        ("initContainers", [{"name": "x", "image": "x"}]),
+        ("nodeSelector", {"disk": "ssd"}),
+        ("tolerations", [{"key": "gpu", "operator": "Exists"}]),
+    ):
+        bad = copy.deepcopy(ksvc)
+        bad["spec"]["template"]["spec"][field] = value
+        assert any("feature flag" in e for e in knative_errors(bad)), field
+
+
+def test_init_container_path_needs_its_feature_flag():
+    objs = render(None, "knative.fetchModel=true")
+    comp = next(o for o in objs if is_knative(o) and o["metadata"]["name"].endswith("compute"))
+    with pytest.raises(jsonschema.ValidationError, match="podspec-init-containers"):
+        validate(comp)
+    validate(comp, frozenset({"kubernetes.podspec-init-containers"}))
+
+
+def test_long_names_are_shortened_with_a_hash_and_never_collide():
+    model = "m" * 39
+    objs = render(
+        None,
+        f"models[0].name={model}a",
+        "models[0].graph=g",
+        f"models[1].name={model[:-1]}b",
+        "models[1].graph=g",
+        release="a-rather-long-release-name-for-this-cluster",
+    )
+    names = [o["metadata"]["name"] for o in objs if is_knative(o)]
+    assert len(names) == len(set(names)) == 4
+    for n in names:
+        assert len(n) <= 49 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", n), n
+        assert re.search(r"-[0-9a-f]{8}$", n), n  # shortened: 40 characters + hash
+    for o in objs:
+        validate(o)
+    # the gateway finds them by label, not by name
+    labels = sorted(o["metadata"]["labels"]["gnn-faas.io/function"] for o in objs if is_knative(o))
+    assert labels == sorted(
+        f"{m}-{k}" for m in (model + "a", model[:-1] + "b") for k in ("memory", "compute")
+    )
+    # a short name is left as it is
+    short = [o["metadata"]["name"] for o in render(None) if is_knative(o)]
+    assert short == ["gnn-faas-bitcoin-otc-memory", "gnn-faas-bitcoin-otc-compute"]
+
+
+def test_target_utilisation_makes_the_target_literal():
+    """Knative wants ceil(in-flight / (target x utilisation / 100)) replicas. With
+    the chart's 100%, one replica kept full asks for exactly one more, and a replica
+    with an idle slot asks for none (Knative's default 70% asked for three)."""
+    import math
+
+    objs = render(
+        None, "functions.memory.containerConcurrency=4", "functions.memory.autoscaling.target=3"
+    )
+    for k in (o for o in objs if is_knative(o)):
+        ann = k["spec"]["template"]["metadata"]["annotations"]
+        cc = k["spec"]["template"]["spec"]["containerConcurrency"]
+        target = float(ann["autoscaling.knative.dev/target"])
+        util = float(ann["autoscaling.knative.dev/target-utilization-percentage"])
+        assert util == 100
+        per_replica = target * util / 100
+        assert math.ceil(cc / per_replica) == 2  # one replica kept full: exactly one more
+        assert math.ceil(math.floor(target) / per_replica) <= 1  # below the target: none
+        assert math.ceil(1 / (0.7 * 0.7)) == 3  # what the default utilisation did
+
+
+def test_function_pods_run_as_their_own_tokenless_account():
+    for platform in ("knative", "openfaas"):
+        objs = render(None, f"platform={platform}")
+        sa = next(
+            o
+            for o in objs
+            if o["kind"] == "ServiceAccount" and o["metadata"]["name"].endswith("-function")
+        )
+        assert sa["automountServiceAccountToken"] is False
+        for fn in (o for o in objs if is_knative(o)):
+            spec = fn["spec"]["template"]["spec"]
+            assert spec["serviceAccountName"] == sa["metadata"]["name"]
+            assert spec["automountServiceAccountToken"] is False
+        for fn in (o for o in objs if is_function(o)):
+            assert (
+                fn["spec"]["annotations"]["com.openfaas.serviceaccount"] == sa["metadata"]["name"]
+            )
+        bindings = [o for o in objs if o["kind"] == "RoleBinding"]
+        assert [b["subjects"] for b in bindings] == [
+            [{"kind": "ServiceAccount", "name": "gnn-faas-gateway", "namespace": "default"}]
+        ]
+
+
+def test_network_policy_admits_only_the_gateway_and_the_platform_path():
+    for platform, allowed in (
+        ("knative", ["knative-serving", "kourier-system", "istio-system"]),
+        ("openfaas", ["openfaas"]),
+    ):
+        objs = render(None, f"platform={platform}")
+        np_ = next(o for o in objs if o["kind"] == "NetworkPolicy")
+        sel = np_["spec"]["podSelector"]
+        pods = [o for o in objs if is_knative(o) or is_function(o)]
+        gateway = next(o for o in objs if o["kind"] == "Deployment")
+
+        def selects(labels, sel=sel):
+            return all(labels.get(k) == v for k, v in sel["matchLabels"].items()) and all(
+                labels.get(e["key"]) in e["values"] for e in sel["matchExpressions"]
+            )
+
+        for fn in pods:
+            labels = (fn["spec"]["template"]["metadata"] if is_knative(fn) else fn["spec"])[
+                "labels"
+            ]
+            assert selects(labels), fn["metadata"]["name"]
+        assert not selects(gateway["spec"]["template"]["metadata"]["labels"])
+        assert np_["spec"]["policyTypes"] == ["Ingress"]
+        (rule,) = np_["spec"]["ingress"]
+        peers = rule["from"]
+        gw = peers[0]
+        assert gw["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "default"}
+        gw_labels = gateway["spec"]["template"]["metadata"]["labels"]
+        assert all(gw_labels[k] == v for k, v in gw["podSelector"]["matchLabels"].items())
+        assert gw["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "gateway"
+        assert [
+            p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for p in peers[1:]
+        ] == allowed
+        assert all("podSelector" not in p for p in peers[1:])
+    assert not [
+        o for o in render(None, "networkPolicy.enabled=false") if o["kind"] == "NetworkPolicy"
+    ]
+
+
+def test_notes_with_ingress_name_the_ingress_host():
+    r = helm("install", "demo", str(CHART), "--dry-run=client", "--set", "gateway.ingress.enabled=true",
+             "--set", "gateway.ingress.host=gnn.example.com", "--set", "gateway.ingress.tlsSecret=t")  # fmt: skip
+    assert "export GNN_FAAS_URL=https://gnn.example.com" in r.stdout
+    assert "localhost" not in r.stdout and "port-forward" not in r.stdout
+    assert "helm test demo" in r.stdout
+
+
+def test_memory_function_cache_follows_the_mode_and_prior():
+    values = {"models": [
+        {"name": "a", "graph": "g", "mode": "request_centric"},
+        {"name": "b", "graph": "g", "cachePrior": "fap"},
+    ]}  # fmt: skip
+    for platform in ("knative", "openfaas"):
+        objs = render({**values, "platform": platform})
+        mem = {o["metadata"]["labels"]["gnn-faas.io/model"]: o for o in objs
+               if (is_knative(o) or is_function(o)) and o["metadata"]["name"].endswith("memory")}  # fmt: skip
+        if platform == "knative":
+            a = mem["a"]["spec"]["template"]["spec"]["containers"][0]["command"]
+            b = mem["b"]["spec"]["template"]["spec"]["containers"][0]["command"]
+            assert a[a.index("--cache-max-rows") + 1] == "0"
+            assert "--cache-max-rows" not in b and b[b.index("--cache-prior") + 1] == "fap"
+        else:
+            assert mem["a"]["spec"]["environment"]["GNN_FAAS_CACHE_MAX_ROWS"] == "0"
+            assert "GNN_FAAS_CACHE_MAX_ROWS" not in mem["b"]["spec"]["environment"]
+            assert mem["b"]["spec"]["environment"]["GNN_FAAS_CACHE_PRIOR"] == "fap"
+
+
+def test_per_function_placement_env_and_gpus():
+    values = {"functions": {"compute": {
+        "nodeSelector": {"gpu": "a100"}, "tolerations": [{"key": "gpu", "operator": "Exists"}],
+        "env": [{"name": "GNN_FAAS_THREADS", "value": "2"}], "gpus": 1}}}  # fmt: skip
+    objs = render(values)
+    comp = next(o for o in objs if is_knative(o) and o["metadata"]["name"].endswith("compute"))
+    spec = comp["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"gpu": "a100"} and spec["tolerations"][0]["key"] == "gpu"
+    c = spec["containers"][0]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert {"name": "GNN_FAAS_THREADS", "value": "2"} in c["env"]
+    flags = frozenset({"kubernetes.podspec-nodeselector", "kubernetes.podspec-tolerations"})
+    validate(comp, flags)
+    mem = next(o for o in objs if is_knative(o) and o["metadata"]["name"].endswith("memory"))
+    assert "nodeSelector" not in mem["spec"]["template"]["spec"]
+    fn = next(
+        o
+        for o in render({**values, "platform": "openfaas"})
+        if is_function(o) and o["metadata"]["name"].endswith("compute")
+    )
+    assert fn["spec"]["constraints"] == ["gpu=a100"]
+    assert fn["spec"]["environment"]["GNN_FAAS_THREADS"] == "2"
+
+
+def test_pdb_only_with_two_gateway_replicas():
+    assert not [o for o in render(None) if o["kind"] == "PodDisruptionBudget"]
+    (pdb,) = [o for o in render(None, "gateway.replicas=2") if o["kind"] == "PodDisruptionBudget"]
+    assert pdb["spec"]["minAvailable"] == 1
+
+
+def test_gateway_waits_as_long_as_knative_does():
+    cm = next(o for o in render(None, "knative.progressDeadline=900s") if o["kind"] == "ConfigMap")
+    cfg = from_dict(
+        ServingConfig,
+        yaml.safe_load(cm["data"]["serving.yaml"].replace("${GNN_FAAS_STORE}", "s3://x")),
+    )
+    assert cfg.platform.knative.start_timeout_s == 900
+    cm = next(o for o in render(None, "platform=openfaas") if o["kind"] == "ConfigMap")
+    cfg = from_dict(
+        ServingConfig,
+        yaml.safe_load(cm["data"]["serving.yaml"].replace("${GNN_FAAS_STORE}", "s3://x")),
+    )
+    assert cfg.platform.openfaas.start_timeout_s == 600
+    assert cfg.platform.openfaas.credentials_secret == "openfaas/basic-auth"
+
+
+def test_helm_test_pod_sends_one_inference_per_model():
+    values = {"models": [{"name": "a", "graph": "g"}, {"name": "b", "graph": "g"}]}
+    pod = next(o for o in render(values) if o["kind"] == "Pod")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    c = pod["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["MODELS"] == "a,b"
+    assert env["GATEWAY_URL"] == "http://gnn-faas-gateway.default.svc:8080"
+    assert c["command"][:2] == ["python", "-c"]
+    compile(c["command"][2], "test_infer.py", "exec")

@@ -87,11 +87,59 @@ def test_kubectl_get_ksvc_lists_the_functions(installed):
         ("watch", "pods", NS, False),
         ("list", "revisions.serving.knative.dev", NS, False),
         ("get", "configmaps", NS, False),
+        ("get", "secrets", "openfaas", False),
     ],
 )
 def test_gateway_service_account_can_exactly(installed, verb, resource, ns, allowed):
     r = installed.kubectl("auth", "can-i", verb, resource, "-n", ns, "--as", SA, check=False)
     assert r.stdout.strip() == ("yes" if allowed else "no"), (verb, resource, ns, r.stdout)
+
+
+FUNCTION_SA = f"system:serviceaccount:{NS}:{RELEASE}-gnn-faas-function"
+
+
+@pytest.mark.parametrize(
+    "verb, resource",
+    [
+        ("get", "secrets"),
+        ("list", "secrets"),
+        ("list", "pods"),
+        ("get", "configmaps"),
+        ("list", "services.serving.knative.dev"),
+        ("get", "podautoscalers.autoscaling.internal.knative.dev"),
+        ("create", "pods"),
+        ("create", "serviceaccounts/token"),
+        ("list", "namespaces"),
+        ("*", "*"),
+    ],
+)
+def test_function_service_account_can_do_nothing(installed, verb, resource):
+    for ns in (NS, "elsewhere"):
+        r = installed.kubectl("auth", "can-i", verb, resource, "-n", ns, "--as", FUNCTION_SA,
+                              check=False)  # fmt: skip
+        assert r.stdout.strip() == "no", (verb, resource, ns, r.stdout)
+
+
+def test_function_pods_get_no_token(installed):
+    c = installed
+    sa = c.get_json("serviceaccount", f"{RELEASE}-gnn-faas-function", "-n", NS)
+    assert sa["automountServiceAccountToken"] is False
+    for kind in ("memory", "compute"):
+        ksvc = c.get_json("ksvc", f"{RELEASE}-gnn-faas-bitcoin-otc-{kind}", "-n", NS)
+        spec = ksvc["spec"]["template"]["spec"]
+        assert spec["serviceAccountName"] == sa["metadata"]["name"]
+        assert spec["automountServiceAccountToken"] is False
+        assert "initContainers" not in spec  # stock Knative's webhook would reject them
+    # the gateway's Role is bound to the gateway's account alone
+    rb = c.get_json("rolebinding", f"{RELEASE}-gnn-faas-gateway", "-n", NS)
+    assert [s["name"] for s in rb["subjects"]] == [f"{RELEASE}-gnn-faas-gateway"]
+
+
+def test_network_policy_is_accepted_and_selects_the_function_pods(installed):
+    np_ = installed.get_json("networkpolicy", f"{RELEASE}-gnn-faas-functions", "-n", NS)
+    assert np_["spec"]["podSelector"]["matchLabels"] == {"app.kubernetes.io/instance": RELEASE}
+    gw = np_["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]
+    assert gw["app.kubernetes.io/component"] == "gateway"
 
 
 def sa_kubeconfig(c: Cluster, tmp_path, ns: str = NS, sa: str = f"{RELEASE}-gnn-faas-gateway"):
@@ -158,7 +206,7 @@ def test_uninstall_leaves_nothing(installed):
     c = installed
     kinds = (
         "ksvc,deployments,services,configmaps,serviceaccounts,roles,rolebindings,"
-        "poddisruptionbudgets,ingresses,jobs"
+        "poddisruptionbudgets,ingresses,jobs,networkpolicies"
     )
     assert json.loads(c.kubectl("get", kinds, "-n", NS, "-l", SELECTOR, "-o", "json").stdout)[
         "items"

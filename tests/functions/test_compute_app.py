@@ -209,3 +209,40 @@ def test_served_compute_function(models):
         client.close()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+
+
+@pytest.mark.slow
+def test_served_compute_function_pulls_its_checkpoint_from_the_store(models, tmp_path):
+    """``serve compute --store URI --model-name NAME``: how the chart's compute
+    functions start without an init container. The pulled checkpoint serves the
+    same numbers; a store without the model is a one-line error, exit 2."""
+    import signal
+    import subprocess
+
+    from gnn_faas.functions.checkpoint_store import push_checkpoint
+    from gnn_faas.functions.client import ComputeClient
+    from tests.functions.test_no_torch import GNN_FAAS, instance, wait_ready
+
+    _, model, path = models["gcn"]
+    store = f"file://{tmp_path / 'store'}"
+    push_checkpoint(store, path, "btc")
+    dest = tmp_path / "scratch" / "model"
+    argv = ["serve", "compute", "--store", store, "--model-name", "btc", "--model", str(dest),
+            "--port", "0", "--threads", "1"]  # fmt: skip
+    with instance(argv) as (proc, base):
+        wait_ready(base)
+        assert (dest / "config.json").is_file()
+        client = ComputeClient(base)
+        agg = rows(3, 12)
+        np.testing.assert_allclose(client.post(1, agg), model.post(1, agg), rtol=1e-5)
+        client.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    for extra, message in (
+        (["--store", store, "--model-name", "nope"], "holds no model 'nope'"),
+        (["--store", store], "--store and --model-name go together"),
+    ):
+        r = subprocess.run([*GNN_FAAS, "serve", "compute", "--model", str(tmp_path / "m2"), *extra],
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert r.returncode == 2 and message in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr

@@ -3,7 +3,9 @@
 The fake gateway implements the documented REST API (basic auth on
 ``/system/*``): list, read and deploy functions, ``/system/scale-function``
 (replicas become available at once: the fake plays the operator) and
-``/function/NAME/...`` proxied to a small echo function. The backend is
+``/function/NAME[.NAMESPACE]/...`` proxied to a small echo function (a
+namespace other than the one the functions live in is a 404, as OpenFaaS
+answers). The backend is
 driven by the gateway's real :class:`FunctionPool`, so scaling follows
 FaaS-GNN's launch rule as the gateway applies it.
 """
@@ -37,6 +39,8 @@ class FakeOpenFaaS:
 
     def __init__(self):
         self.functions: dict[str, dict] = {}
+        self.namespace = "openfaas-fn"  # where the functions live
+        self.system_namespaces: set[str | None] = set()  # ?namespace= of /system calls
         self.scale_calls: list[tuple[str, int]] = []
         self.deployed: list[dict] = []
         self.fail_reads = False
@@ -61,6 +65,7 @@ class FakeOpenFaaS:
         @app.before_request
         def auth():
             if request.path.startswith("/system/"):
+                self.system_namespaces.add(request.args.get("namespace"))
                 a = request.authorization
                 if a is None or (a.username, a.password) != (USER, PASSWORD):
                     return "unauthorized", 401
@@ -98,6 +103,9 @@ class FakeOpenFaaS:
 
         @app.route("/function/<name>/<path:rest>", methods=["GET", "POST"])
         def invoke(name, rest):
+            name, _, ns = name.partition(".")
+            if ns and ns != self.namespace:
+                return f"function {name}.{ns} not found", 404
             if name not in self.functions or not self.functions[name]["availableReplicas"]:
                 return "no replicas", 502
             with self.lock:
@@ -283,3 +291,49 @@ def test_unreachable_gateway(monkeypatch):
     p = platform("http://127.0.0.1:9", monkeypatch)
     with pytest.raises(Unavailable, match="unreachable"):
         p.launch(spec())
+
+
+def test_calls_carry_the_namespace(fake, monkeypatch):
+    """Functions in a namespace of their own: /system calls name it and the
+    invocation URL is /function/NAME.NAMESPACE (a bare name would go to
+    OpenFaaS's default function namespace)."""
+    f, url = fake
+    f.namespace = "gnn"
+    f.add("test-m-memory", LABELS, replicas=1)
+    p = platform(url, monkeypatch, namespace="gnn")
+    inst = p.launch(spec())
+    assert inst.url == f"{url}/function/test-m-memory.gnn"
+    with p.busy(inst.id):
+        r = requests.post(f"{inst.url}/echo", data="x", timeout=5)
+    assert r.status_code == 200 and r.json()["function"] == "test-m-memory"
+    assert f.system_namespaces == {"gnn"}
+    # the fake refuses another namespace, as OpenFaaS does: the check above could fail
+    assert requests.post(f"{url}/function/test-m-memory.other/echo", timeout=5).status_code == 404
+    p.shutdown()
+
+
+def test_function_at_zero_is_woken_without_gateway_scaling(fake, monkeypatch):
+    """minScale 0 and OpenFaaS's autoscaler in charge: nothing calls the
+    function while it has no replica, so the backend asks for one."""
+    f, url = fake
+    f.add("test-m-memory", LABELS, replicas=0)
+    p = platform(url, monkeypatch)
+    inst = p.launch(spec())
+    assert f.scale_calls == [("test-m-memory", 1)]
+    with p.busy(inst.id):
+        assert requests.post(f"{inst.url}/echo", timeout=5).status_code == 200
+    # a function with replicas is left to OpenFaaS's autoscaler: a full one is not scaled
+    with pytest.raises(Unavailable, match="no free ready replica"):
+        p.launch(spec())
+    assert f.scale_calls == [("test-m-memory", 1)]
+    p.shutdown()
+
+
+def test_concurrency_comes_from_the_functions_scale_target_label(fake, monkeypatch):
+    f, url = fake
+    f.add("test-m-memory", {**LABELS, "com.openfaas.scale.target": "3"}, replicas=1)
+    p = platform(url, monkeypatch)  # settings say 1
+    assert len({p.launch(spec()).id for _ in range(3)}) == 3
+    with pytest.raises(Unavailable, match="concurrency 3"):
+        p.launch(spec())
+    p.shutdown()

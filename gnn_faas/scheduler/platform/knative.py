@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import calendar
 import logging
-import os
 import threading
 import time
 from typing import Any
@@ -108,16 +107,9 @@ class KnativePlatform(ReplicaSlotPlatform):
         self._woken: dict[str, float] = {}
 
     def _api_client(self):
-        from kubernetes import config
+        from gnn_faas.scheduler.platform.kube_client import api_client
 
-        try:
-            if self.settings.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-                cfg = self._client.Configuration()
-                config.load_incluster_config(client_configuration=cfg)
-                return self._client.ApiClient(cfg)
-            return config.new_client_from_config(config_file=self.settings.kubeconfig)
-        except Exception as exc:  # ConfigException, missing files
-            raise PlatformAPIError(f"no Kubernetes configuration: {exc}") from None
+        return api_client(self.settings.kubeconfig)
 
     # -- API calls with clear errors ---------------------------------------------
     def _call(self, what: str, fn, *args, **kwargs):

@@ -9,7 +9,13 @@ Documented endpoints used (basic auth on ``/system/*``):
 - ``GET  /system/function/NAME``: one function (replicas, availableReplicas);
 - ``POST /system/functions``: deploy (:meth:`OpenFaaSPlatform.deploy`);
 - ``POST /system/scale-function/NAME`` ``{"serviceName", "replicas"}``: scale;
-- ``POST /function/NAME/...``: invoke (the slots' URL), no auth.
+- ``POST /function/NAME[.NAMESPACE]/...``: invoke (the slots' URL), no auth;
+  the namespace is named whenever the settings name one (OpenFaaS routes a bare
+  name to its default function namespace only).
+
+Basic auth: from ``$user_env``/``$password_env`` when both are set, else from
+the Kubernetes Secret ``credentials_secret`` (OpenFaaS's ``basic-auth`` in its
+own namespace; kube_client.py).
 
 Replicas are OpenFaaS's ``availableReplicas``. OpenFaaS's API lists no pods,
 so replica ``i`` is named ``NAME-i``; a replica is billed from when the
@@ -17,7 +23,12 @@ gateway first saw it until the count dropped below it.
 
 Scaling: by default OpenFaaS's autoscaler owns the replica count (the
 chart's ``com.openfaas.scale.*`` labels) and the gateway bounds its calls by
-available replicas x ``concurrency``. With ``gateway_scaling`` the gateway
+available replicas x the function's concurrency (its
+``com.openfaas.scale.target`` label, else ``concurrency``). OpenFaaS wakes a
+function at zero replicas only when a call reaches its gateway, and the
+gnn-faas gateway calls only ready replicas: so a launch that finds a function
+at zero asks ``/system/scale-function`` for one replica, whatever
+``gateway_scaling`` says. With ``gateway_scaling`` the gateway
 drives it with FaaS-GNN's launch rule: the load-aware queue asks for a new
 instance only when no slot is idle and ``n_req > n_instances``; then
 :meth:`want_replicas` posts ``replicas = ceil((slots + 1) / concurrency)``,
@@ -89,6 +100,15 @@ class OpenFaaSPlatform(ReplicaSlotPlatform):
         password = os.environ.get(self.settings.password_env)
         if user and password:
             self.session.auth = (user, password)
+        elif self.settings.credentials_secret:
+            from gnn_faas.scheduler.platform.kube_client import read_basic_auth
+
+            self.session.auth = read_basic_auth(
+                self.settings.credentials_secret,
+                self.settings.user_key,
+                self.settings.password_key,
+                self.settings.kubeconfig,
+            )
         self._names: dict[str, str] = {}
         self._asked: dict[str, int] = {}  # replicas last asked for, per function
         self._scale_lock = threading.Lock()
@@ -182,14 +202,17 @@ class OpenFaaSPlatform(ReplicaSlotPlatform):
         available = int(f.get("availableReplicas") or 0)
         replicas = [Replica(f"{name}-{i}", True) for i in range(available)]
         req = f.get("requests") or f.get("limits") or {}
+        ns = self.settings.namespace
+        target = (f.get("labels") or {}).get("com.openfaas.scale.target")
+        concurrency = int(target) if target and target.isdigit() else self.settings.concurrency
         return FunctionView(
             resource=f"function/{name}",
-            url=f"{self.base}/function/{name}",
+            url=f"{self.base}/function/{name}.{ns}" if ns else f"{self.base}/function/{name}",
             ready=available > 0,
             replicas=replicas,
             desired=f.get("replicas"),
             actual=available,
-            concurrency=max(1, int(self.settings.concurrency)),
+            concurrency=max(1, int(concurrency)),
             memory_mb=parse_quantity(req.get("memory"), "mem") if req.get("memory") else None,
             vcpus=parse_quantity(req.get("cpu"), "cpu") if req.get("cpu") else None,
         )
@@ -209,6 +232,17 @@ class OpenFaaSPlatform(ReplicaSlotPlatform):
     def want_replicas(self, spec: FunctionSpec, view: FunctionView, slots: int) -> None:
         if self.settings.gateway_scaling:
             self._scale_for(spec, view, slots, up=True)
+        elif not view.desired and not view.actual:
+            self._wake(spec)
+
+    def _wake(self, spec: FunctionSpec) -> None:
+        """Ask for one replica of a function at zero (once per zero spell: the
+        next views show ``replicas`` 1)."""
+        with self._scale_lock:
+            try:
+                self.scale(spec, 1)
+            except (PlatformAPIError, NotFound) as exc:
+                log.error("openfaas: waking %s: %s", spec.name, exc)
 
     def release_replicas(self, spec: FunctionSpec, view: FunctionView, slots: int) -> None:
         if self.settings.gateway_scaling:
