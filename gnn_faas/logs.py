@@ -10,7 +10,8 @@ W3C trace id, :mod:`gnn_faas.request_id`). Three sources share the format:
 - gunicorn's error log and access log (:class:`GunicornJsonLogger`, the
   ``logger_class`` of every server this project runs): an access line has
   ``method``, ``path``, ``query``, ``status``, ``bytes``, ``duration_s``,
-  ``remote`` and the ``request_id`` of the answer's ``traceparent``;
+  ``remote`` and the ``request_id`` of the answer's ``traceparent`` (probes and
+  scrapes, :data:`QUIET_PATHS`, only when they fail);
 - one-off lines printed before logging is set up (:func:`json_line`, e.g. a
   server's ``listening on URL`` line).
 """
@@ -31,6 +32,8 @@ from gnn_faas import request_id
 LEVEL_ENV = "GNN_FAAS_LOG_LEVEL"
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 _SCALARS = (int, float, str, bool, type(None))
+# probes and scrapes: an access line only when they fail
+QUIET_PATHS = frozenset({"/v2/health/live", "/v2/health/ready", "/_/health", "/metrics"})
 
 
 def _jsonable(value: Any) -> Any:
@@ -108,6 +111,8 @@ class GunicornJsonLogger(glogging.Logger):
             return
         try:
             status = int(str(resp.status).split(None, 1)[0])
+            if status < 400 and environ.get("PATH_INFO") in QUIET_PATHS:
+                return
             headers = {k.lower(): v for k, v in (resp.headers or [])}
             ctx = request_id.parse_traceparent(headers.get(request_id.HEADER))
             path = environ.get("PATH_INFO", "")

@@ -101,6 +101,16 @@ def test_gunicorn_access_and_error_lines_are_json(capsys):
     assert error["level"] == "error"
 
 
+def test_probes_and_scrapes_are_logged_only_when_they_fail(capsys):
+    glog = _gunicorn_logger("-")
+    ok, failed = _Resp(None), _Resp(None)
+    ok.status = "200 OK"
+    for resp in (ok, failed):
+        glog.access(resp, None, {"PATH_INFO": "/v2/health/ready"}, datetime.timedelta(0))
+    (line,) = (json.loads(x) for x in capsys.readouterr().out.splitlines())
+    assert line["status"] == 404 and line["path"] == "/v2/health/ready"
+
+
 def test_no_access_lines_without_an_access_log(capsys):
     glog = _gunicorn_logger(None)
     glog.access(_Resp(None), None, {}, datetime.timedelta(0))
