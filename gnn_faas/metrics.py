@@ -64,46 +64,32 @@ def backend_name(uri: str) -> str:
     return urlsplit(uri).scheme or "file"
 
 
+_STORAGE = (
+    # (ReadStats field, series name, help)
+    ("bytes_read", "read_bytes", "Bytes transferred from the graph store (coalescing reads a few extra)"),
+    ("bytes_needed", "needed_bytes", "Bytes the reads asked for (the union of the requested ranges)"),
+    ("ranges_requested", "requests", "Requests to the graph store: coalesced ranges (an S3 ranged GET, a Redis GETRANGE)"),
+    ("round_trips", "round_trips", "Batched calls to the graph store (one per read of a set of ranges)"),
+    ("read_seconds", "read_seconds", "Seconds spent waiting for the graph store"),
+)  # fmt: skip
+
+
 def storage_families(sources: Iterable[tuple[str, str, object]]) -> Iterator[Metric]:
-    """Read counters of ``(backend, graph, stats)`` triples (``stats``: a
-    :class:`~gnn_faas.storage.ranges.ReadStats`, cumulative); triples with the
-    same labels are summed."""
-    fams = {
-        "bytes_read": CounterMetricFamily(
-            "gnn_faas_storage_read_bytes",
-            "Bytes transferred from the graph store (coalescing may read a few extra)",
-            labels=["backend", "graph"],
-        ),
-        "bytes_needed": CounterMetricFamily(
-            "gnn_faas_storage_needed_bytes",
-            "Bytes the reads asked for (the union of the requested ranges)",
-            labels=["backend", "graph"],
-        ),
-        "ranges_requested": CounterMetricFamily(
-            "gnn_faas_storage_requests",
-            "Requests to the graph store: coalesced ranges (an S3 ranged GET, a Redis GETRANGE)",
-            labels=["backend", "graph"],
-        ),
-        "round_trips": CounterMetricFamily(
-            "gnn_faas_storage_round_trips",
-            "Batched calls to the graph store (one per read of a set of ranges)",
-            labels=["backend", "graph"],
-        ),
-        "read_seconds": CounterMetricFamily(
-            "gnn_faas_storage_read_seconds",
-            "Seconds spent waiting for the graph store",
-            labels=["backend", "graph"],
-        ),
-    }
-    sums: dict[tuple[str, str], dict[str, float]] = {}
+    """Read counters (``gnn_faas_storage_*_total``) of ``(backend, graph, stats)``
+    triples (``stats``: a cumulative :class:`~gnn_faas.storage.ranges.ReadStats`);
+    triples with the same labels are summed."""
+    sums: dict[tuple[str, str], list[float]] = {}
     for backend, graph, stats in sources:
-        row = sums.setdefault((backend, graph), dict.fromkeys(fams, 0.0))
-        for key in fams:
-            row[key] += float(getattr(stats, key))
-    for (backend, graph), row in sorted(sums.items()):
-        for key, fam in fams.items():
-            fam.add_metric([backend, graph], row[key])
-    yield from fams.values()
+        row = sums.setdefault((backend, graph), [0.0] * len(_STORAGE))
+        for i, (key, _, _) in enumerate(_STORAGE):
+            row[i] += float(getattr(stats, key))
+    for i, (_, name, help_text) in enumerate(_STORAGE):
+        fam = CounterMetricFamily(
+            f"gnn_faas_storage_{name}", help_text, labels=["backend", "graph"]
+        )
+        for labels, row in sorted(sums.items()):
+            fam.add_metric(list(labels), row[i])
+        yield fam
 
 
 def http_families(timer) -> Iterator[Metric]:
