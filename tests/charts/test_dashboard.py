@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.charts.dashboard import expressions, load, metric_names, panels, sample_names
-from tests.kube import CHART, render
+from tests.kube import CHART, helm, render
 
 K8S_VERSION = "1.35.0"
 
@@ -91,6 +91,8 @@ def test_the_configmap_is_off_by_default_and_ships_the_file_for_the_sidecar():
     assert meta["annotations"] == {"grafana_folder": "gnn-faas"}
     assert meta["labels"]["app.kubernetes.io/part-of"] == "gnn-faas"
     assert json.loads(cm["data"]["gnn-faas.json"]) == load()
+    lint = helm("lint", "--strict", str(CHART), "--set", "dashboard.enabled=true")
+    assert "1 chart(s) linted, 0 chart(s) failed" in lint.stdout, lint.stdout
 
 
 @pytest.mark.parametrize(
