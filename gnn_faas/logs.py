@@ -71,20 +71,30 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out)
 
 
+LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
 def _level(level: str | None) -> str:
-    return (level or os.environ.get(LEVEL_ENV) or "info").upper()
+    name = (level or os.environ.get(LEVEL_ENV) or "info").lower()
+    if name not in LEVELS:
+        from gnn_faas.errors import InvalidRequest
+
+        source = "the log level" if level else f"${LEVEL_ENV}"
+        raise InvalidRequest(f"{source} must be one of {', '.join(LEVELS)}, got {name!r}")
+    return name.upper()
 
 
 def configure_logging(level: str | None = None) -> None:
     """JSON lines on stderr for the ``gnn_faas`` loggers and Python's warnings
     (call once per process; again after a fork is harmless)."""
+    level = _level(level)  # a bad level is refused before anything changes
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     for name in ("gnn_faas", "py.warnings"):
         logger = logging.getLogger(name)
         logger.handlers[:] = [handler]
         logger.propagate = False
-    logging.getLogger("gnn_faas").setLevel(_level(level))
+    logging.getLogger("gnn_faas").setLevel(level)
     logging.captureWarnings(True)
 
 

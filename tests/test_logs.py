@@ -61,6 +61,18 @@ def test_configure_logging_routes_warnings_and_honours_the_env_level(monkeypatch
         logging.getLogger("py.warnings").handlers[:] = []
 
 
+def test_an_unknown_level_is_a_clear_error(monkeypatch):
+    import pytest
+
+    from gnn_faas.errors import InvalidRequest
+
+    monkeypatch.setenv("GNN_FAAS_LOG_LEVEL", "loud")
+    with pytest.raises(InvalidRequest, match=r"\$GNN_FAAS_LOG_LEVEL must be one of .*'loud'"):
+        configure_logging()
+    with pytest.raises(InvalidRequest, match="the log level must be one of"):
+        configure_logging("verbose")
+
+
 class _Resp:
     status = "404 NOT FOUND"
     sent = 57
