@@ -1,5 +1,6 @@
 """The Grafana dashboard: a well-formed dashboard whose queries parse to the
-metric names they use, and the ConfigMap that ships it (off by default).
+metric names they use, the ConfigMap that ships it and the PodMonitor that
+scrapes the functions (both off by default).
 
 That every name exists in a running stack's ``/metrics`` is checked by
 ``tests/gateway/test_observability_e2e.py``.
@@ -104,12 +105,70 @@ def test_the_configmap_is_off_by_default_and_ships_the_file_for_the_sidecar():
         {"namespace": "Monitoring"},
         {"annotations": {"a": 1}},
         {"sidecar": True},
+        {"podMonitor": {"interval": "soon"}},
+        {"podMonitor": {"labels": {"a": 1}}},
+        {"podMonitor": {"port": 9090}},
     ],
 )
 def test_the_schema_rejects_bad_dashboard_values(dashboard):
     schema = json.loads((CHART / "values.schema.json").read_text())
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     jsonschema.validate(values, schema)  # the defaults pass
-    values["dashboard"] = {**values["dashboard"], **dashboard}
+    if "podMonitor" in dashboard:
+        values["functionsPodMonitor"].update(dashboard["podMonitor"])
+    else:
+        values["dashboard"] = {**values["dashboard"], **dashboard}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(values, schema)
+
+
+def _matches(selector: dict, labels: dict) -> bool:
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for e in selector.get("matchExpressions", []):
+        assert e["operator"] == "In"
+        if labels.get(e["key"]) not in e["values"]:
+            return False
+    return True
+
+
+def _pod_labels(obj: dict) -> dict:
+    if obj["kind"] == "Service" and obj["apiVersion"].startswith("serving.knative.dev"):
+        return obj["spec"]["template"]["metadata"]["labels"]
+    if obj["kind"] == "Function":  # OpenFaaS puts the Function's labels on its pods
+        return obj["spec"]["labels"]
+    return obj["spec"]["template"]["metadata"]["labels"]  # the gateway Deployment
+
+
+@pytest.mark.parametrize(("platform", "port"), [("knative", "user-port"), ("openfaas", 8080)])
+def test_the_pod_monitor_selects_every_function_pod_and_not_the_gateway(platform, port):
+    assert not [o for o in render({"platform": platform}) if o["kind"] == "PodMonitor"]
+    values = {
+        "platform": platform,
+        "openfaas": {"functionNamespace": "fns"},
+        "functionsPodMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "kps"}},
+    }
+    objs = render(values, ns="ml")
+    (pm,) = [o for o in objs if o["kind"] == "PodMonitor"]
+    assert (
+        pm["apiVersion"] == "monitoring.coreos.com/v1"
+        and pm["metadata"]["labels"]["release"] == "kps"
+    )
+    spec = pm["spec"]
+    assert set(spec) == {"selector", "namespaceSelector", "podMetricsEndpoints"}
+    assert spec["namespaceSelector"]["matchNames"] == ["fns" if platform == "openfaas" else "ml"]
+    (endpoint,) = spec["podMetricsEndpoints"]
+    key = "targetPort" if platform == "openfaas" else "port"
+    assert endpoint == {key: port, "path": "/metrics", "interval": "15s"}
+    functions = [
+        o
+        for o in objs
+        if o["kind"] in ("Service", "Function")
+        and "gnn-faas.io/function-kind" in o["metadata"]["labels"]
+    ]
+    assert len(functions) == 2
+    assert all(_matches(spec["selector"], _pod_labels(f)) for f in functions)
+    (gateway,) = [o for o in objs if o["kind"] == "Deployment"]
+    assert not _matches(spec["selector"], _pod_labels(gateway))
+    lint = helm("lint", "--strict", str(CHART), "--set", "functionsPodMonitor.enabled=true")
+    assert "1 chart(s) linted, 0 chart(s) failed" in lint.stdout, lint.stdout
