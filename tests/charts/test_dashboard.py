@@ -16,7 +16,14 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.charts.dashboard import expressions, load, metric_names, panels, sample_names
+from tests.charts.dashboard import (
+    DASHBOARD,
+    expressions,
+    load,
+    metric_names,
+    panels,
+    sample_names,
+)
 from tests.kube import CHART, helm, render
 
 K8S_VERSION = "1.35.0"
@@ -172,3 +179,26 @@ def test_the_pod_monitor_selects_every_function_pod_and_not_the_gateway(platform
     assert not _matches(spec["selector"], _pod_labels(gateway))
     lint = helm("lint", "--strict", str(CHART), "--set", "functionsPodMonitor.enabled=true")
     assert "1 chart(s) linted, 0 chart(s) failed" in lint.stdout, lint.stdout
+
+
+@pytest.mark.slow
+def test_the_dashboard_configmap_installs_into_a_real_api_server():
+    """helm install with the dashboard on: the API server takes the ConfigMap
+    (in another namespace than the release's), with the sidecar's label and the
+    dashboard byte for byte."""
+    from tests.kube import cluster
+
+    c = cluster()
+    for ns in ("dash", "monitoring"):
+        c.kubectl("create", "namespace", ns)
+    r = c.helm(
+        "install", "dash", str(CHART), "-n", "dash",
+        "--set", "dashboard.enabled=true", "--set", "dashboard.namespace=monitoring",
+    )  # fmt: skip
+    assert "STATUS: deployed" in r.stdout, r.stdout
+    try:
+        got = c.get_json("configmap", "dash-gnn-faas-dashboard", "-n", "monitoring")
+        assert got["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert got["data"]["gnn-faas.json"] == DASHBOARD.read_text().rstrip("\n")
+    finally:
+        c.helm("uninstall", "dash", "-n", "dash")
