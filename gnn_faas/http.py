@@ -11,7 +11,10 @@
   Infinity; such a value is a logged 500);
 - ``MAX_CONTENT_LENGTH`` bounds request bodies (413 beyond it);
 - a timing hook measures every request (``Server-Timing`` header and the
-  :class:`RequestTimer` figures under ``app.extensions["gnn_faas_timer"]``).
+  :class:`RequestTimer` figures under ``app.extensions["gnn_faas_timer"]``);
+- every request continues or starts a W3C trace, its request id
+  (:func:`gnn_faas.request_id.install`: log lines carry it, calls to the
+  functions send it on, the answer's ``traceparent`` names it).
 
 Helpers read frames and JSON bodies and build frame responses.
 """
@@ -27,6 +30,7 @@ from flask import Flask, Response, g, jsonify, request
 from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import HTTPException
 
+from gnn_faas import request_id
 from gnn_faas.errors import GnnFaasError, InvalidRequest, http_headers, http_status
 from gnn_faas.wire import (
     DEFAULT_MAX_BYTES,
@@ -83,6 +87,7 @@ def install(app: Flask, max_content_length: int = DEFAULT_MAX_BYTES) -> Flask:
     app.json.sort_keys = False
     timer = RequestTimer()
     app.extensions["gnn_faas_timer"] = timer
+    request_id.install(app)
 
     @app.errorhandler(GnnFaasError)
     def _gnn_faas_error(exc: GnnFaasError):

@@ -58,8 +58,17 @@ def prepare(config, log=print) -> None:
 class Stack:
     """``gnn-faas up`` in a subprocess, as a context manager."""
 
-    def __init__(self, config: dict, ready_timeout_s: float = 180.0, log_path: Path | None = None):
+    def __init__(
+        self,
+        config: dict,
+        ready_timeout_s: float = 180.0,
+        log_path: Path | None = None,
+        log_level: str = "warning",
+        env: dict[str, str] | None = None,
+    ):
         self.config = config
+        self.log_level = log_level
+        self.env = env
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.ready_timeout_s = ready_timeout_s
@@ -73,8 +82,9 @@ class Stack:
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gnn_faas", "up", "--config", str(cfg_path),
-             "--port", str(self.port), "--log-level", "warning"],
+             "--port", str(self.port), "--log-level", self.log_level],
             stdout=self._log,
+            env=None if self.env is None else {**os.environ, **self.env},
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip

@@ -243,8 +243,8 @@ def run(args: argparse.Namespace) -> dict:
 
     from gnn_faas.bench.open_loop import run_open_loop
     from gnn_faas.bench.overload import request_targets
-    from gnn_faas.stack import Stack, prepared_model
     from gnn_faas.errors import InvalidRequest
+    from gnn_faas.stack import Stack, prepared_model
 
     if min(args.idle, args.slow, args.big_bodies) < 0 or args.idle + args.slow > 20000:
         raise InvalidRequest("--idle, --slow and --big-bodies must be >= 0 (idle + slow <= 20000)")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+import logging
 from pathlib import Path
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -90,7 +90,7 @@ def _up(args: argparse.Namespace) -> int:
         from gnn_faas.scheduler.platform.docker import check_mounts, preflight
 
         preflight(config.platform.docker)  # engine and images: one clear error now
-    prepare(config, log=lambda msg: print(f"gnn-faas up: {msg}", file=sys.stderr, flush=True))
+    prepare(config, log=logging.getLogger("gnn_faas.up").info)
     if config.platform.kind == "docker":
         check_mounts(config)  # what the containers mount is readable by their user
     holder: dict = {}

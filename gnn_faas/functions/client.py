@@ -8,7 +8,8 @@ protocol over a keep-alive :class:`requests.Session`. A remote error
 or dropped connection or a timeout is :class:`~gnn_faas.errors.Unavailable`.
 :class:`HttpTransport` implements :class:`gnn_faas.functions.executor.Transport`
 over the two clients, so :func:`~gnn_faas.functions.executor.run_layers` drives
-real function instances. No torch here.
+real function instances. Every call carries the current request's W3C
+``traceparent`` (:func:`gnn_faas.request_id.outgoing_headers`). No torch here.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 import requests
 
-from gnn_faas import errors
+from gnn_faas import errors, request_id
 from gnn_faas.functions.layer_plan import LayerStep
 from gnn_faas.storage.computation_graph import Block, ComputationGraph, cg_from_tensors
 from gnn_faas.wire import FRAME_MIME, decode_frame, encode_frame
@@ -68,6 +69,8 @@ class FunctionClient:
 
     def _request(self, method: str, path: str, **kw) -> requests.Response:
         url = self.base_url + path
+        # the request id of the request served, as a child span (gnn_faas/request_id.py)
+        kw["headers"] = {**kw.get("headers", {}), **request_id.outgoing_headers()}
         try:
             resp = self.session.request(method, url, timeout=self.timeout, **kw)
         except (requests.ConnectionError, requests.Timeout) as exc:

@@ -18,13 +18,14 @@ Endpoints (frames are ``application/x-gnn-faas-frame``):
 - ``POST /v1/head`` params ``{"kind": "edge"|"graph"}``: edge takes ``h_u``,
   ``h_v`` and answers ``score``; graph takes ``h`` and ``segments`` (int64)
   and answers ``readout``;
-- ``GET /v1/stats``.
+- ``GET /v1/stats``; ``GET /metrics`` (Prometheus text, :mod:`gnn_faas.functions.metrics`).
 
 Bad input is a 4xx JSON error; the instance keeps serving.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from dataclasses import asdict
@@ -34,8 +35,11 @@ import numpy as np
 from flask import Flask, jsonify
 
 from gnn_faas.errors import InvalidRequest
+from gnn_faas.functions.metrics import compute_families, install_metrics
 from gnn_faas.http import frame_response, install, read_frame
 from gnn_faas.wire import DEFAULT_MAX_BYTES, params_get, require
+
+log = logging.getLogger("gnn_faas.compute")
 
 
 def default_threads(workers: int = 1) -> int:
@@ -85,6 +89,13 @@ def create_compute_app(
     timer = app.extensions["gnn_faas_timer"]
     config = model.config
     plan = [asdict(s) for s in model.plan.steps]
+    install_metrics(app, lambda: compute_families(counts, model.transfers.as_dict()))
+    log.info(
+        "compute function ready: %s model on %s",
+        config.arch,
+        model.device,
+        extra={"model": model_dir, "device": str(model.device), "threads": n_threads},
+    )
 
     @app.get("/v2/health/live")
     def live():

@@ -15,7 +15,9 @@ A ``post_fork`` callback runs in the worker before the factory: the compute
 function sets its torch thread count there. When the sockets are bound the
 master prints one line, ``gnn-faas <role> function listening on
 http://HOST:PORT (pid N)``, with the real port (``port=0`` picks a free one), which
-is what the local platform waits for. SIGTERM is a graceful shutdown.
+is what the local platform waits for. SIGTERM is a graceful shutdown. Every
+line the server writes is a JSON object (:mod:`gnn_faas.logs`): gunicorn's
+error and access logs, the ``gnn_faas`` loggers and that line too.
 
 With ``GNN_FAAS_EXIT_ON_WORKER_DEATH=1`` (set in the container images) a worker
 that dies while the server runs (the OOM killer, a crash, a SIGKILL) ends the
@@ -43,6 +45,7 @@ from typing import Any
 from gunicorn.app.base import BaseApplication
 
 from gnn_faas.functions.buffered_worker import FrontSettings, configure
+from gnn_faas.logs import ensure_logging, json_line
 
 BOOT_ERROR_EXIT = 3  # gunicorn's WORKER_BOOT_ERROR: the arbiter halts with it
 WORKER_DEATH_EXIT = 137  # 128 + SIGKILL: what an OOM-killed container reports
@@ -96,7 +99,9 @@ class FactoryApplication(BaseApplication):
             "keepalive": c.keepalive,
             "loglevel": c.loglevel,
             "preload_app": False,
-            "accesslog": None,
+            # JSON lines (gnn_faas/logs.py); GNN_FAAS_ACCESS_LOG=0 turns the access log off
+            "logger_class": "gnn_faas.logs.GunicornJsonLogger",
+            "accesslog": None if os.environ.get("GNN_FAAS_ACCESS_LOG") == "0" else "-",
             "proc_name": f"gnn-faas-{c.role}",
             "control_socket_disable": True,
             "when_ready": self._when_ready,
@@ -114,7 +119,8 @@ class FactoryApplication(BaseApplication):
         try:
             return self.factory()
         except GnnFaasError as exc:
-            print(f"gnn-faas {self.server_config.role} function: error: {exc}", file=sys.stderr)
+            msg = f"gnn-faas {self.server_config.role} function: error: {exc}"
+            print(json_line("gnn_faas.server", msg, "error"), file=sys.stderr)
             sys.stderr.flush()
             raise SystemExit(BOOT_ERROR_EXIT) from None
 
@@ -126,9 +132,12 @@ class FactoryApplication(BaseApplication):
         watch_from_env()
         for listener in server.LISTENERS:
             host, port = listener.sock.getsockname()[:2]
+            url = f"http://{host}:{port}"
+            msg = (
+                f"gnn-faas {self.server_config.role} function listening on {url} (pid {server.pid})"
+            )
             print(
-                f"gnn-faas {self.server_config.role} function listening on "
-                f"http://{host}:{port} (pid {server.pid})",
+                json_line("gnn_faas.server", msg, url=url, pid=server.pid),
                 file=self.out,
                 flush=True,
             )
@@ -141,11 +150,8 @@ class FactoryApplication(BaseApplication):
         def child_exit(server, worker) -> None:
             # the arbiter empties LISTENERS when it stops: a worker leaving then is a shutdown
             if server.LISTENERS:
-                print(
-                    f"gnn-faas: worker {worker.pid} died; the instance exits with it",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                msg = f"gnn-faas: worker {worker.pid} died; the instance exits with it"
+                print(json_line("gnn_faas.server", msg, "error"), file=sys.stderr, flush=True)
                 os._exit(WORKER_DEATH_EXIT)
 
         return {"child_exit": child_exit}
@@ -190,6 +196,7 @@ def serve(
 ) -> int:
     """Serve until SIGTERM/SIGINT; returns the exit status: 0 on a clean shutdown,
     2 when the app could not start (the CLI's code for a :class:`GnnFaasError`)."""
+    ensure_logging()  # JSON lines from the gnn_faas loggers unless the caller set them up
     master = os.getpid()
     try:
         FactoryApplication(factory, config, post_fork).run()

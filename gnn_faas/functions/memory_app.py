@@ -31,6 +31,8 @@ Endpoints (frames are ``application/x-gnn-faas-frame``, see
   source id in ``src_ids`` order; they are used, never cached. Answer: ``agg`` (+ ``root``), or with
   ``partial`` the :func:`~gnn_faas.functions.aggregate.partial_aggregate` state.
 - ``POST /v1/features`` (JSON ``{"ids"}`` or a frame with ``ids``) -> frame ``x``.
+- ``GET /metrics`` -> Prometheus text (:mod:`gnn_faas.functions.metrics`: cache
+  hits and lookups, storage reads per backend, process figures).
 
 The heavy endpoints run one at a time per worker, each under the cache's
 memory protocol (predicted peak -> capacity -> measured peak -> re-execution
@@ -40,6 +42,7 @@ meanwhile.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import tracemalloc
@@ -58,6 +61,7 @@ from gnn_faas.functions.feature_cache import (
     FeatureCache,
 )
 from gnn_faas.functions.memory_limit import detect_memory_limit, rss_bytes
+from gnn_faas.functions.metrics import install_metrics, memory_families
 from gnn_faas.functions.peak_predictor import PeakPredictor, RequestShape, bundled_predictor_path
 from gnn_faas.http import encoded_frame_response, error_response, install, read_frame
 from gnn_faas.storage.computation_graph import Block, cg_from_tensors, cg_tensors
@@ -70,6 +74,7 @@ from gnn_faas.wire import (
     require,
 )
 
+log = logging.getLogger("gnn_faas.memory")
 MAX_HOPS = 8
 DEFAULT_PREDICTOR_GRAPH = "bitcoin-otc"  # the bundled predictor transfers: its inputs are shapes
 
@@ -452,6 +457,13 @@ def create_memory_app(cfg: MemoryFunctionConfig) -> Flask:
     app = install(Flask("gnn_faas.memory"), max_content_length=cfg.max_body_bytes)
     app.extensions["gnn_faas_memory"] = fn
     timer = app.extensions["gnn_faas_timer"]
+    install_metrics(app, lambda: memory_families(fn))
+    log.info(
+        "memory function ready: graph %s, cache capacity %d rows",
+        cfg.graph,
+        fn.cache.capacity_rows,
+        extra={"graph": cfg.graph, "store": cfg.store, "memory_limit_bytes": fn.limit_bytes},
+    )
 
     @app.get("/v2/health/live")
     def live():

@@ -9,6 +9,9 @@ Open Inference Protocol (KServe/Triton v2 REST)::
     GET  /v2/models/{m}           model metadata
     GET  /v2/models/{m}/ready     that model could serve a request now
     POST /v2/models/{m}/infer     inference (JSON, or the binary tensor data extension)
+    GET  /v2/models/{m}/versions/{v}[/ready], POST .../versions/{v}/infer
+                                  the same for a version the model's metadata lists
+                                  (404 + JSON for another; the answer names the version)
     GET  /v2/openapi.json         OpenAPI 3 description of these endpoints
     GET  /metrics                 Prometheus text format
     GET  /v1/status               instances, queues, buffers, caches, metering (JSON)
@@ -16,22 +19,25 @@ Open Inference Protocol (KServe/Triton v2 REST)::
 Errors are ``{"error": "..."}``: 4xx for the client's fault, 503 with
 ``Retry-After`` for overload, 500 (logged with its traceback) only for a fault
 of ours. The mapping from exception to status is :func:`gnn_faas.errors.http_status`;
-the handlers are installed by :func:`gnn_faas.http.install`.
+the handlers are installed by :func:`gnn_faas.http.install`, which also gives every
+answer its request id (W3C ``traceparent``, continued from the client's).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from flask import Flask, Response, jsonify, request
 
 from gnn_faas import __version__
-from gnn_faas.errors import InvalidRequest
+from gnn_faas.errors import InvalidRequest, NotFound
 from gnn_faas.functions.buffered_worker import front_stats
-from gnn_faas.gateway.data_plane import DataPlane
+from gnn_faas.gateway.data_plane import DataPlane, ModelRuntime
 from gnn_faas.gateway.inference_request import HEADER_LENGTH, RawInferRequest
 from gnn_faas.gateway.openapi import build_openapi
 from gnn_faas.http import install, request_body
+from gnn_faas.metrics import CONTENT_TYPE, http_families
 
 log = logging.getLogger("gnn_faas.gateway")
 
@@ -40,6 +46,8 @@ def create_gateway_app(plane: DataPlane) -> Flask:
     app = Flask("gnn_faas.gateway")
     install(app, plane.serving.limits.max_body_bytes)
     app.extensions["gnn_faas_plane"] = plane
+    timer = app.extensions["gnn_faas_timer"]
+    plane.metrics.add_collector(lambda: http_families(timer))
 
     @app.get("/v2/health/live")
     def live():
@@ -69,24 +77,42 @@ def create_gateway_app(plane: DataPlane) -> Flask:
     def models():
         return jsonify({"models": [rt.metadata() for rt in plane.models.values()]})
 
+    def runtime(name: str, version: str | None) -> ModelRuntime:
+        """The model, checked to serve ``version`` when one is named (404 otherwise)."""
+        rt = plane.model(name)
+        if version is not None:
+            versions = rt.metadata()["versions"]
+            if version not in versions:
+                raise NotFound(
+                    f"model {name!r} has no version {version!r}; versions: {', '.join(versions)}"
+                )
+        return rt
+
     @app.get("/v2/models/<name>")
-    def model_metadata(name: str):
-        return jsonify(plane.model(name).metadata())
+    @app.get("/v2/models/<name>/versions/<version>")
+    def model_metadata(name: str, version: str | None = None):
+        return jsonify(runtime(name, version).metadata())
 
     @app.get("/v2/models/<name>/ready")
-    def model_ready(name: str):
-        ok = plane.model(name).ready()
+    @app.get("/v2/models/<name>/versions/<version>/ready")
+    def model_ready(name: str, version: str | None = None):
+        ok = runtime(name, version).ready()
         return jsonify({"name": name, "ready": ok}), 200 if ok else 503
 
     @app.post("/v2/models/<name>/infer")
-    def infer(name: str):
+    @app.post("/v2/models/<name>/versions/<version>/infer")
+    def infer(name: str, version: str | None = None):
+        rt = runtime(name, version)
         raw = RawInferRequest(request_body(), request.headers.get(HEADER_LENGTH))
-        body, headers = plane.model(name).infer(raw).encode()
+        result = rt.infer(raw)
+        if version is not None:
+            result = dataclasses.replace(result, model_version=version)
+        body, headers = result.encode()
         return Response(body, status=200, headers=headers)
 
     @app.get("/metrics")
     def metrics():
-        return Response(plane.metrics.render(), mimetype="text/plain; version=0.0.4")
+        return Response(plane.metrics.render(), content_type=CONTENT_TYPE)
 
     @app.get("/v1/status")
     def status():

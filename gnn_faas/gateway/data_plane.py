@@ -21,11 +21,12 @@ import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from gnn_faas import request_id
 from gnn_faas.clock import RealClock
 from gnn_faas.config import ModelServingConfig, ServingConfig
 from gnn_faas.errors import NotFound, Unavailable
@@ -43,7 +44,7 @@ from gnn_faas.gateway.inference_request import (
     model_signature,
     parse_infer_request,
 )
-from gnn_faas.gateway.metrics import GatewayMetrics
+from gnn_faas.gateway.metrics import GatewayMetrics, metering_families
 from gnn_faas.gateway.new_vertices import (
     NewVertexLimits,
     new_vertex_parameters,
@@ -51,6 +52,7 @@ from gnn_faas.gateway.new_vertices import (
     split_new_vertex_inputs,
 )
 from gnn_faas.gateway.timeout_configurator import load_configurator
+from gnn_faas.metrics import backend_name, storage_families
 from gnn_faas.scheduler.merge import merge_computation_graphs
 from gnn_faas.scheduler.orchestrator import ClientCache, Orchestrator
 from gnn_faas.scheduler.platform import open_platform
@@ -104,6 +106,7 @@ class InferenceJob:
     arrival: float
     overlay: GraphOverlay | None = None  # a new-vertex request's added vertices and edges
     predicted_rows: float | None = None  # Σ PSGS of the targets, known before the fetch
+    trace: request_id.TraceContext | None = field(default_factory=request_id.current)
 
 
 class ModelRuntime:
@@ -342,11 +345,9 @@ class ModelRuntime:
         m = self.metrics
         with m.stage(self.name, "khop"):
             stats = FetchStats()
-            before = self.fetcher.stats.bytes_read
             with self._fetch_lock:
                 predicted = self._predicted_rows(req.targets)
                 cg = self._graph_of(req.targets, overlay, stats)
-            m.bytes_fetched.labels(self.name).inc(self.fetcher.stats.bytes_read - before)
         pending = InferenceJob(req, cg, Future(), t0, overlay, predicted)
         pending.future.set_running_or_notify_cancel()
         if self.buffers is None or overlay is not None:
@@ -445,7 +446,8 @@ class ModelRuntime:
             "sharing_degree": closed.sharing_degree,
         }
         if self.m.mode == "graph_sharing":
-            self.executor.submit(self._run_merged, pendings, info)
+            trace = request_id.for_execution(p.trace for p in pendings)
+            self.executor.submit(request_id.traced(trace, self._run_merged), pendings, info)
         else:
             self.executor.submit(self._run_separately, pendings, info)
 
@@ -492,7 +494,8 @@ class ModelRuntime:
         their own executor: waiting on them from this one could deadlock it."""
         closed_at = time.perf_counter()
         for p in pendings:
-            self.request_executor.submit(self._run_one, p, dict(info or {}), closed_at)
+            run = request_id.traced(p.trace, self._run_one)
+            self.request_executor.submit(run, p, dict(info or {}), closed_at)
 
     def _run_one(self, p: InferenceJob, info: dict, closed_at: float) -> None:
         try:
@@ -607,7 +610,9 @@ class DataPlane:
         self.models: dict[str, ModelRuntime] = {}
         for m in serving.models:
             self.models[m.name] = ModelRuntime(serving, m, self.platform, self.metrics, self.clock)
+            self.metrics.add_model(m.name)
         self.metrics.add_collector(self._gauges)
+        self.metrics.add_collector(self._storage_reads)
         self.started_at = time.time()
 
     def start(self) -> None:
@@ -658,6 +663,13 @@ class DataPlane:
             "metering": metering.as_dict(),
         }
 
+    def _storage_reads(self):
+        """What the gateway read from the store (k-hop vertex sets), per backend."""
+        backend = backend_name(self.serving.store)
+        yield from storage_families(
+            (backend, rt.m.graph, rt.fetcher.stats) for rt in self.models.values()
+        )
+
     def _replica_gauges(self):
         """The figures of ``gnn-faas status``'s function rows, as gauges."""
         replicas = GaugeMetricFamily(
@@ -699,17 +711,7 @@ class DataPlane:
                 queue.add_metric([pool.name], queued)
         yield queue
         yield from self._replica_gauges()
-        report = self.platform.metering()
-        for key, help_text in (
-            ("allocated_gb_s", "Allocated memory x alive time"),
-            ("busy_gb_s", "Allocated memory x busy time"),
-            ("vcpu_s", "vCPUs x alive time"),
-            ("cold_starts", "Cold starts"),
-        ):
-            g = GaugeMetricFamily(f"gnn_faas_{key}", help_text, labels=["function"])
-            for fn, row in report.by_function().items():
-                g.add_metric([fn], float(row[key]))
-            yield g
+        yield from metering_families(self.platform.metering())
         # platforms that tell why instances died (docker: oom, exit_<code>, start_timeout, ...)
         failure_counts = getattr(self.platform, "failure_counts", None)
         if failure_counts is not None:

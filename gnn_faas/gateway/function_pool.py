@@ -33,6 +33,7 @@ killed instance never loses a request (at most ``max_attempts`` attempts).
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import logging
 import threading
@@ -287,6 +288,8 @@ class _Work(Generic[T]):
     fn: Callable[[Any], T]
     future: Future
     attempts: int = 0
+    # the submitter's context (its request id): the call and the future's callbacks run in it
+    context: contextvars.Context = field(default_factory=contextvars.copy_context)
 
 
 class FunctionPool:
@@ -425,7 +428,7 @@ class FunctionPool:
             work = self._work[key]
             work.attempts += 1
         try:
-            result = work.fn(inst)
+            result = work.context.run(work.fn, inst)
         except BaseException as exc:
             if is_retryable(exc):
                 self._instance_failed(pid, inst, key, work, exc)
@@ -434,14 +437,14 @@ class FunctionPool:
                 self._work.pop(key, None)
                 self.completed += 1
                 actions = self.policy.finished(pid)
-            work.future.set_exception(exc)
+            work.context.run(work.future.set_exception, exc)
             self._execute(actions)
             return
         with self._lock:
             self._work.pop(key, None)
             self.completed += 1
             actions = self.policy.finished(pid)
-        work.future.set_result(result)
+        work.context.run(work.future.set_result, result)
         self._execute(actions)
 
     def _instance_failed(

@@ -1,8 +1,20 @@
 """Gateway metrics in one place: Prometheus series (``gnn_faas_*``, seconds and
-bytes as units) and the stage timer that feeds them.
+bytes as units, counters ending in ``_total``; see :mod:`gnn_faas.metrics`)
+and the stage timer that feeds them.
 
-Each :class:`GatewayMetrics` owns its own registry, so several gateways (tests,
-benchmarks) in one process never share counters.
+Each :class:`GatewayMetrics` owns its own registry (with the process
+collectors), so several gateways (tests, benchmarks) in one process never
+share counters. :func:`metering_families` turns the platform's metering into
+counters per function, in base units::
+
+    gnn_faas_function_allocated_memory_byte_seconds_total = memory_mb · 2^20 · alive seconds
+    gnn_faas_function_busy_memory_byte_seconds_total      = memory_mb · 2^20 · busy seconds
+    gnn_faas_function_vcpu_seconds_total                  = vCPUs · alive seconds
+    gnn_faas_function_busy_vcpu_seconds_total             = vCPUs · busy seconds
+    gnn_faas_function_alive_seconds_total, gnn_faas_function_busy_seconds_total
+    gnn_faas_function_cold_starts_total, gnn_faas_function_cold_start_seconds_total
+
+(the platform keeps every instance's record, so these never decrease).
 """
 
 from __future__ import annotations
@@ -11,8 +23,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
+
+from gnn_faas.metrics import CallbackCollector, new_registry
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
 STAGES = ("queued", "parse", "khop", "buffer_wait", "merge", "execute", "respond")
@@ -20,7 +34,7 @@ STAGES = ("queued", "parse", "khop", "buffer_wait", "merge", "execute", "respond
 
 class GatewayMetrics:
     def __init__(self):
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = new_registry()
         r = self.registry
         self.requests = Counter(
             "gnn_faas_requests", "Inference requests", ["model", "kind", "status"], registry=r
@@ -64,18 +78,18 @@ class GatewayMetrics:
         self.aggregated_rows = Counter(
             "gnn_faas_aggregated_rows", "(vertex, layer) rows aggregated", ["model"], registry=r
         )
-        self.bytes_fetched = Counter(
-            "gnn_faas_gateway_storage_read_bytes",
-            "Bytes the gateway read from storage for k-hop vertex sets",
-            ["model"],
-            registry=r,
-        )
-        self._collectors: list[Callable[[], Iterator[GaugeMetricFamily]]] = []
-        r.register(_CallbackCollector(self._collectors))
+        self._callbacks = CallbackCollector()
+        r.register(self._callbacks)
 
-    def add_collector(self, fn: Callable[[], Iterator[GaugeMetricFamily]]) -> None:
-        """Gauges computed at scrape time (instances, queues, metering)."""
-        self._collectors.append(fn)
+    def add_collector(self, fn: Callable[[], Iterator[Metric]]) -> None:
+        """Families computed at scrape time (instances, queues, metering, storage reads)."""
+        self._callbacks.fns.append(fn)
+
+    def add_model(self, model: str) -> None:
+        """Start the per-model counters at zero, so every series exists (and a
+        dashboard's query answers) before the first shed request or late answer."""
+        for counter in (self.slo_violations, self.shed, self.aggregated_rows):
+            counter.labels(model)
 
     @contextmanager
     def stage(self, model: str, stage: str):
@@ -89,13 +103,25 @@ class GatewayMetrics:
         return generate_latest(self.registry)
 
 
-class _CallbackCollector:
-    def __init__(self, fns):
-        self._fns = fns
+_METERING = (
+    # (Usage field, series name, help, factor to base units)
+    ("allocated_gb_s", "allocated_memory_byte_seconds", "Allocated memory x alive time", 2**30),
+    ("busy_gb_s", "busy_memory_byte_seconds", "Allocated memory x busy time", 2**30),
+    ("vcpu_s", "vcpu_seconds", "vCPUs x alive time", 1),
+    ("busy_vcpu_s", "busy_vcpu_seconds", "vCPUs x busy time", 1),
+    ("alive_s", "alive_seconds", "Instance alive time (spawn to stop)", 1),
+    ("busy_s", "busy_seconds", "Instance time with at least one call in flight", 1),
+    ("cold_starts", "cold_starts", "Instances started (cold starts)", 1),
+    ("cold_start_s_total", "cold_start_seconds", "Spawn-to-ready time of cold starts", 1),
+)
 
-    def describe(self):
-        return []
 
-    def collect(self):
-        for fn in list(self._fns):
-            yield from fn()
+def metering_families(report) -> Iterator[Metric]:
+    """Counters per function of a whole-history
+    :class:`~gnn_faas.scheduler.platform.metering.MeteringReport`."""
+    by_function = report.by_function()
+    for key, name, help_text, factor in _METERING:
+        fam = CounterMetricFamily(f"gnn_faas_function_{name}", help_text, labels=["function"])
+        for fn, usage in sorted(by_function.items()):
+            fam.add_metric([fn], float(usage[key]) * factor)
+        yield fam

@@ -32,7 +32,7 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 def _errors(*codes: int) -> dict[str, Any]:
     text = {
         400: "invalid request (the message names the field)",
-        404: "unknown model",
+        404: "unknown model (or model version)",
         413: "request beyond a configured limit",
         503: "overloaded or no instance available; retry after Retry-After seconds",
     }
@@ -325,6 +325,19 @@ def build_openapi(models: list[str], limits: LimitsConfig | None = None) -> dict
             }
         },
     }
+    version = {
+        "name": "version",
+        "in": "path",
+        "required": True,
+        "description": "a version the model's metadata lists ('1'); another is 404",
+        "schema": {"type": "string"},
+    }
+    for suffix in ("", "/ready", "/infer"):  # OIP's versioned routes: the same operations
+        item = paths[f"/v2/models/{{name}}{suffix}"]
+        paths[f"/v2/models/{{name}}/versions/{{version}}{suffix}"] = {
+            **item,
+            "parameters": [model, version],
+        }
     return {
         "openapi": OPENAPI_VERSION,
         "info": {

@@ -96,6 +96,57 @@ def test_tritonclient_metadata_and_health(live_gateway, triton):
         triton.infer(live_gateway.model, [inp], outputs=[httpclient.InferRequestedOutput("nope")])
 
 
+def test_versioned_routes_serve_the_listed_version_and_404_another(live_gateway, triton):
+    """OIP's /v2/models/{m}/versions/{v}[/ready|/infer]: the version the metadata
+    lists answers as the unversioned routes (tritonclient with model_version, and
+    plain JSON); any other version is a JSON 404 naming the versions served."""
+    gw = live_gateway
+    base = f"{gw.url}/v2/models/{gw.model}"
+    meta = requests.get(base, timeout=10).json()
+    assert meta["versions"] == ["1"]
+    assert requests.get(f"{base}/versions/1", timeout=10).json() == meta
+    assert triton.get_model_metadata(gw.model, model_version="1") == meta
+    assert triton.is_model_ready(gw.model, model_version="1")
+    inp = httpclient.InferInput("targets", [2], "INT64")
+    inp.set_data_from_numpy(np.array([7, 1]))
+    result = triton.infer(gw.model, [inp], model_version="1")
+    assert result.get_response()["model_version"] == "1"
+    np.testing.assert_allclose(result.as_numpy("embeddings"), gw.reference[[7, 1]], RTOL, ATOL)
+    body = {"inputs": [tensor("targets", [7, 1])]}
+    plain = requests.post(f"{base}/infer", json=body, timeout=60).json()
+    assert "model_version" not in plain
+    for method, suffix in (("GET", ""), ("GET", "/ready"), ("POST", "/infer")):
+        r = requests.request(method, f"{base}/versions/2{suffix}", json=body, timeout=10)
+        assert r.status_code == 404, (suffix, r.text)
+        assert r.json()["error"] == f"model '{gw.model}' has no version '2'; versions: 1"
+    r = requests.post(f"{gw.url}/v2/models/nope/versions/1/infer", json=body, timeout=10)
+    assert r.status_code == 404 and "unknown model 'nope'" in r.json()["error"]
+
+
+def test_answers_carry_the_request_id_continued_from_the_client(live_gateway):
+    """W3C trace context: a valid client traceparent keeps its trace id (the
+    gateway answers with a span of its own); a malformed or absent one gets a
+    new trace; errors carry it too."""
+    gw = live_gateway
+    url = f"{gw.url}/v2/models/{gw.model}/infer"
+    body = {"inputs": [tensor("targets", [3])]}
+    sent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    r = requests.post(url, json=body, headers={"traceparent": sent}, timeout=60)
+    assert r.status_code == 200
+    version, trace, span, flags = r.headers["traceparent"].split("-")
+    assert (version, trace, flags) == ("00", "4bf92f3577b34da6a3ce929d0e0e4736", "01")
+    assert len(span) == 16 and span != "00f067aa0ba902b7"
+    seen = set()
+    for headers in ({}, {"traceparent": "00-" + "0" * 32 + "-00f067aa0ba902b7-01"}):
+        r = requests.post(url, json=body, headers=headers, timeout=60)
+        version, trace, span, flags = r.headers["traceparent"].split("-")
+        assert len(trace) == 32 and trace != "0" * 32 and flags == "00"
+        seen.add(trace)
+    assert len(seen) == 2  # a new id per request
+    r = requests.post(f"{gw.url}/v2/models/nope/infer", json=body, headers={"traceparent": sent})
+    assert r.status_code == 404 and r.headers["traceparent"].split("-")[1] == sent.split("-")[1]
+
+
 def test_requested_outputs_and_strict_shapes(live_gateway):
     gw = live_gateway
     pairs = [[1, 2], [5, 9]]
@@ -160,7 +211,7 @@ def test_openapi_document_describes_every_endpoint(live_gateway):
     doc = requests.get(f"{live_gateway.url}/v2/openapi.json", timeout=10).json()
     assert doc["openapi"].startswith("3.")
     routes = {
-        str(rule).replace("<name>", "{name}")
+        str(rule).replace("<name>", "{name}").replace("<version>", "{version}")
         for rule in live_gateway.app.url_map.iter_rules()
         if rule.endpoint != "static"
     }

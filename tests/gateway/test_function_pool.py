@@ -322,3 +322,36 @@ def test_retryable_errors():
     assert is_retryable(Unavailable("x")) and is_retryable(ConnectionRefusedError())
     assert is_retryable(requests.exceptions.ConnectionError())
     assert not is_retryable(InvalidRequest("x")) and not is_retryable(TimeoutError())
+
+
+def test_function_pool_runs_work_and_callbacks_in_the_submitters_context():
+    """A request's id reaches the calls made for it: the work and the future's
+    done-callbacks (where the orchestrator chains Aggregate -> Update) run in the
+    context of the thread that submitted, not of the pool's threads."""
+    from gnn_faas import request_id
+
+    pool = FunctionPool("memory", FakePlatform().launch, FakeClock(), max_instances=2)
+    pool.start()
+    seen: dict[str, str | None] = {}
+    chained = threading.Event()
+    try:
+        traces = [request_id.new_trace() for _ in range(4)]
+        futs = []
+        for ctx in traces:
+            with request_id.bound(ctx):
+                fut = pool.submit(lambda inst: request_id.current_request_id())
+
+                def then(f, want=ctx.trace_id):
+                    seen[want] = request_id.current_request_id()
+                    if len(seen) == len(traces):
+                        chained.set()
+
+                fut.add_done_callback(then)
+                futs.append(fut)
+        assert [f.result(timeout=10) for f in futs] == [t.trace_id for t in traces]
+        assert chained.wait(10)
+        assert seen == {t.trace_id: t.trace_id for t in traces}
+        # outside any request the pool's work sees none
+        assert pool.submit(lambda inst: request_id.current()).result(timeout=10) is None
+    finally:
+        pool.stop()

@@ -175,7 +175,7 @@ def test_health_metadata_and_metrics(served):
         "gnn_faas_stage_seconds_bucket",
         "gnn_faas_buffer_sharing_degree_bucket",
         "gnn_faas_instances",
-        "gnn_faas_allocated_gb_s",
+        "gnn_faas_function_allocated_memory_byte_seconds_total",
     ):
         assert series in text, series
     status = stack.status()
