@@ -22,11 +22,12 @@ BENCHMARKS = {
     "srpe": "precomputed embeddings with selective recomputation vs exact serving (OMEGA)",
     "overload": "stepped open-loop load: honest SLO counts, shedding, RSS per step",
     "soak": "steady open-loop load for minutes: RSS slope per process after warm-up",
+    "storage-constants": "what a request and a byte cost on a store (the range planner's model)",
 }
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    kinds = "\n".join(f"  {k:<10} {v}" for k, v in BENCHMARKS.items())
+    kinds = "\n".join(f"  {k:<17} {v}" for k, v in BENCHMARKS.items())
     p = sub.add_parser(
         "bench",
         help="run a benchmark and print JSON",
@@ -39,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def parse_bench_args(kind: str, argv: list[str]) -> tuple[object, argparse.Namespace]:
-    module = importlib.import_module(f"gnn_faas.bench.{kind}")
+    module = importlib.import_module(f"gnn_faas.bench.{kind.replace('-', '_')}")
     bp = argparse.ArgumentParser(prog=f"gnn-faas bench {kind}", description=BENCHMARKS[kind])
     module.add_arguments(bp)
     bp.add_argument("--json", action="store_true", help="print compact JSON (default: indented)")
