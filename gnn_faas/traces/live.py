@@ -227,6 +227,7 @@ def run_replay(trace_name: str, args: argparse.Namespace) -> dict:
     from gnn_faas.traces.request_stream import map_targets, request_order
     from gnn_faas.traces.run import open_prepared_graph
     from gnn_faas.traces.sources import load_trace
+    from gnn_faas.traces.storage_requests import storage_per_policy
 
     url = args.url.rstrip("/")
     meta = model_metadata(url, args.model)
@@ -245,14 +246,39 @@ def run_replay(trace_name: str, args: argparse.Namespace) -> dict:
                       timeout_s=args.timeout, progress=not args.no_progress,
                       warmup_s=trace.warmup_s)  # fmt: skip
     run.summary.update(trace=trace_name, graph=graph_name, mode=mode)
+    storage_model = live_storage(run, graph, int(params.get("num_layers", 2)), mode, prices,
+                                 trace.measured_s)  # fmt: skip
     sim_runs: dict = {}
     if args.predict:
         warm = (run.full, targets) if getattr(args, "fit_warmup", False) else None
         run.summary["simulated"], sim_runs = predict(trace, graph, args, slo, prices, mode, warm)
+        sim = run.summary["simulated"]["policies"]
+        for name, st in storage_per_policy(sim, storage_model, prices, trace.measured_s).items():
+            sim[name]["storage"] = st
     if args.out:
         write_live(Path(args.out), run, trace.measured_s, sim_runs)
         run.summary["out"] = str(args.out)
     return run.summary
+
+
+def live_storage(run: LiveRun, graph: Any, hops: int, mode: str, prices: dict,
+                 duration_s: float) -> Any:  # fmt: skip
+    """The live run's storage requests and dollars (``storage`` in its summary),
+    modelled as the simulator's policy for the mode: one fetch per execution
+    (:func:`gnn_faas.traces.cost.policy_storage_requests`, rows per fetch
+    those of a single request); returns the per-fetch model."""
+    from gnn_faas.traces.request_stream import request_order
+    from gnn_faas.traces.storage_requests import measure_fetch_requests, storage_per_policy
+
+    model = measure_fetch_requests(graph, hops, request_order(graph))
+    r = run.result
+    ok = np.flatnonzero(r.status == 200)
+    executions = np.unique([r.execution[i] or f"r{i}" for i in ok]).size
+    live = {"requests": run.summary["requests"], "executions": executions,
+            "cold_starts": run.summary["cold_starts"]}  # fmt: skip
+    name = MODE_POLICY.get(mode, "gnn_faas")
+    run.summary["storage"] = storage_per_policy({name: live}, model, prices, duration_s)[name]
+    return model
 
 
 def warmup_calibration(cal: Any, graph: Any, full: Any, targets: np.ndarray,

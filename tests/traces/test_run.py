@@ -27,6 +27,18 @@ def test_simulate_json_and_run_directory(tmp_path, bitcoin_store, capsys):
             assert key in p, (name, key)
         assert p["dollars"] and all(v > 0 for v in p["dollars"].values())
         assert p["requests"] == result["requests"] > 1000
+        # storage requests beside compute: GETs priced at S3's $0.0004 per 1,000
+        st = p["storage"]
+        assert st["gets"] > 0
+        assert st["dollars"]["s3_standard"] == pytest.approx(st["gets"] * 0.0004 / 1000)
+    pol = result["policies"]
+    model = result["storage_model"]
+    assert model["scheme"] == "s3" and model["per_fetch"] + model["per_row"] > 0
+    # shared buffers fetch once for many requests; downloads happen per start only
+    assert pol["gnn_faas"]["storage"]["gets"] < pol["faas_gnn"]["storage"]["gets"]
+    assert pol["dgl_serverless"]["storage"]["gets"] == (
+        pol["dgl_serverless"]["cold_starts"] * model["full_download"]
+    )
     for png in ("latency_cdf.png", "rate_instances.png", "memory.png", "cost.png"):
         data = (out / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
