@@ -24,9 +24,12 @@ Generator: a degree-corrected planted-partition **Chung-Lu** graph.
   in-edge of ``v`` takes its source, with probability ``homophily`` (0.8),
   from ``v``'s community by weight ``w``, else from all vertices by weight
   ``w`` (the expected out-degree stays ``~w``). Duplicate sources and self
-  loops are redrawn (by weight for three rounds, then uniformly, so hubs of
-  small communities still fill up), so every row has exactly its in-degree of
+  loops are redrawn from all vertices (by weight for the first rounds, then
+  uniformly, so hubs still fill up), so every row has exactly its in-degree of
   distinct sources. ``d_max`` is capped at ``(n - 1) / 4`` so rows can fill.
+  Where a community is smaller than its vertices' degrees (Reddit's degree
+  492 at small scales) the redraws lower the realised homophily (manifest
+  ``extra.homophily`` is the parameter, not the outcome).
 - Scaling by ``F`` keeps the average degree: ``n' = round(F n)``,
   ``m' = round(F m)``, and the largest degree follows the power law's
   ``d_max' = d_max F^alpha`` (capped as above), then ``alpha`` is refitted.
