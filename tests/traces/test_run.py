@@ -60,6 +60,7 @@ def test_simulate_json_and_run_directory(tmp_path, bitcoin_store, capsys):
         (["simulate", "azure2019", "--minutes", "0"], "--minutes"),
         (["simulate", "azure2021", "--trace-file", "/nonexistent.csv"], "not found"),
         (["simulate", "calibrate"], "--out"),
+        (["simulate", "calibrate-graph"], "--out"),
         (["simulate", "azure2019", "--warmup", "-1"], "--warmup"),
         (["simulate", "twitter", "--day", "--warmup", "10"], "--warmup"),
     ],
