@@ -86,3 +86,13 @@ def test_simulate_with_a_warm_up_measures_the_same_window(bitcoin_store, capsys)
         c, w = cold["policies"][name], warm["policies"][name]
         assert w["requests"] == c["requests"]
         assert w["cold_starts"] <= c["cold_starts"]
+
+
+def test_policy_table_shows_storage_beside_compute(bitcoin_store, capsys):
+    argv = ["simulate", "azure2019", "--minutes", "1", "--start-minute", "60", "--store",
+            bitcoin_store, "--policies", "gnn_faas,dgl_serverless"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| storage GETs / req | storage $ / M req |" in out
+    rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")}
+    assert "s3_standard" in rows["gnn_faas"] and "elasticache_redis" in rows["gnn_faas"]
