@@ -6,7 +6,7 @@ backend that serves the bytes: :func:`measure_fetch_requests` runs the real
 fetcher (:class:`~gnn_faas.storage.fetcher.KHopFetcher`, k-hop fetch plus the
 feature rows) planning with the priced store's constants (default the bundled
 ``s3`` ones) on single targets from the graph's request order and on merged
-groups of 2..32 of them (what a shared buffer fetches), and fits
+groups of 2..8 of them (what a shared buffer fetches), and fits
 ``requests(rows) = per_fetch + per_row·rows`` (``rows``: the fetch's input
 vertices). :func:`storage_per_policy` turns it, with each policy's simulated
 or live figures, into requests and dollars (:mod:`gnn_faas.traces.cost`).
@@ -22,7 +22,7 @@ import numpy as np
 from gnn_faas.traces.calibration import fit_linear
 from gnn_faas.traces.cost import Price, policy_storage_requests, storage_dollars
 
-GROUPS = (1, 2, 4, 8, 16, 32)
+GROUPS = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class FetchRequests:
 
 
 def measure_fetch_requests(
-    graph: Any, hops: int, targets: np.ndarray, scheme: str = "s3", per_group: int = 8
+    graph: Any, hops: int, targets: np.ndarray, scheme: str = "s3", per_group: int = 2
 ) -> FetchRequests:
     """Fit the per-fetch requests on ``per_group`` fetches of each group size in
     :data:`GROUPS`, the targets taken in order (``targets``: the request order)."""
