@@ -97,7 +97,7 @@ def test_live_replay_agrees_with_the_simulation(served, tmp_path):
     assert live["simulated"]["calibration"]["refit"].startswith("warm-up")
     assert sim["mean_sharing_degree"] == pytest.approx(live["mean_sharing_degree"], abs=0.1)
     # storage requests beside compute, live and simulated: one fetch per execution
-    assert 0 < live["storage"]["gets_per_request"] and "s3_standard" in sim["storage"]["dollars"]
+    assert live["storage"]["gets_per_request"] > 0 and "s3_standard" in sim["storage"]["dollars"]
     # the run directory
     summary = json.loads((out / "summary.json").read_text())
     assert summary["simulated"]["prediction"] == "gnn_faas"
