@@ -74,11 +74,11 @@ def coalesce(starts: np.ndarray, ends: np.ndarray, max_gap: float = 0.0) -> Coal
     overlapping and touching ones: that leaves disjoint ranges ``1..n`` of
     ``U`` bytes in all, separated by gaps ``g_1..g_{n-1} > 0``. A plan is a
     set of byte intervals covering them. (i) In a cheapest plan every request
-    covers whole ranges: a range cut between two requests means the two are
-    contiguous, and one request over both moves the same bytes for one
+    covers whole ranges: a range cut between two requests means the two
+    touch or overlap, and one request over both moves no more bytes for one
     request less. (ii) A request never starts or ends inside a gap (trimming
     it to the ranges it covers only removes bytes), and two requests never
-    overlap. So a cheapest plan is a partition of ``1..n`` into runs of
+    overlap (trimming one of them removes bytes). So a cheapest plan is a partition of ``1..n`` into runs of
     consecutive ranges, each run read as one request from its first start to
     its last end. Let ``M`` be the set of gaps that lie inside a run; then
     ``R = n − |M|`` and ``B = U + Σ_{i∈M} g_i``, hence::
