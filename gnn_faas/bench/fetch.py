@@ -19,7 +19,13 @@ Figures (all summed or averaged over queries):
   feature read;
 - ``p50_ms``/``p99_ms``: per-query latency;
 - ``full_download_bytes``/``full_download_ms``: ``cat_file`` of the manifest and
-  every blob through a freshly opened backend, median of ``--repeats`` runs.
+  every blob through a freshly opened backend, median of ``--repeats`` runs;
+- ``requests_per_query``: storage requests (ranged GETs on S3, GETRANGEs on
+  Redis, gathered ranges of a file) per query, as the range planner made them
+  under the store's measured constants (``planner``: those constants);
+- ``dollars_per_million_queries``: those requests priced by the price file's
+  request-priced storage price for the store's kind (S3 Standard GETs), null
+  for a store not billed per request (``storage_price`` names the price).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from gnn_faas.errors import InvalidRequest, NotFound
 from gnn_faas.storage.backends import StorageBackend, open_backend
 from gnn_faas.storage.fetcher import FetchStats, KHopFetcher, sample_segments
 from gnn_faas.storage.format import MANIFEST, GraphHandle, open_graph
+from gnn_faas.traces.cost import load_prices, storage_price_for
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,6 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--queries", type=int, default=200, help="single-target queries")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (and query sample seed)")
     p.add_argument("--repeats", type=int, default=3, help="full downloads to take the median of")
+    p.add_argument("--prices", default=None, help="price YAML (default: bundled)")
 
 
 def parse_fanout(text: str | None, hops: int) -> list[int] | None:
@@ -175,6 +183,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     full_bytes, full_ms = full_download(args.store, graph, args.repeats)
     reads = total.reads
+    requests_per_query = reads.ranges_requested / targets.size
+    price = storage_price_for(load_prices(args.prices), backend.scheme)
     p50, p99 = (float(x) for x in np.percentile(latency * 1e3, [50, 99]))
     return {
         "graph": args.graph,
@@ -199,4 +209,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "open_ms": open_ms,
         "full_download_bytes": full_bytes,
         "full_download_ms": full_ms,
+        "requests_per_query": requests_per_query,
+        "dollars_per_million_queries": (
+            price.request_cost(requests_per_query * 1e6) if price is not None else None
+        ),
+        "storage_price": price.name if price is not None else None,
+        "planner": fetcher.reader.cost.to_dict(),
     }

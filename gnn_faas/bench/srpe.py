@@ -1,15 +1,18 @@
 """``gnn-faas bench srpe``: precomputed embeddings with selective recomputation (OMEGA).
 
-OMEGA's protocol on a graph of the store (``cora`` or ``higgs-retweet``):
+OMEGA's protocol on any graph of the store (``cora`` is prepared if absent;
+``higgs-retweet``, a ``datasets synth`` graph, an ingested one):
 
-1. hold out ``--queries`` vertices (Cora: from the planetoid test split;
-   Higgs: the first distinct targets of requests drawn at random from the real
-   request order, so frequently requested vertices are held out more often) and write the graph
-   without them (and their edges) as ``NAME-srpe`` in the store;
-2. the model: Cora, a ``--arch`` model trained full-batch on the planetoid
-   training vertices of that graph; Higgs has no labels (its features are
-   random), so a seeded untrained model, and accuracy is the *agreement with
-   exact serving*, said in ``accuracy_kind``;
+1. hold out ``--queries`` vertices (a labelled graph: from its test split,
+   the store's ``split.bin`` where it has one (``datasets synth`` writes it),
+   else the planetoid split; an unlabelled one: the first distinct targets of
+   requests drawn at random from its request order, so frequently requested
+   vertices are held out more often) and write the graph without them (and
+   their edges) as ``NAME-srpe`` in the store;
+2. the model: a labelled graph, a ``--arch`` model trained full-batch on the
+   training vertices of that graph (the split's train part); an unlabelled
+   one (Higgs: random features), a seeded untrained model, and accuracy is the
+   *agreement with exact serving*, said in ``accuracy_kind``;
 3. ``gnn-faas precompute`` on the reduced graph (its ``p^(l)``);
 4. serve each held-out vertex alone as a new-vertex request (its features and
    its edges to the kept vertices, the id convention of
@@ -29,7 +32,8 @@ HTTP; ``p50_ms`` per setting. Output::
 serving's, a finer measure than accuracy (the only one on Higgs). Each
 setting also says where the time goes: ``graph_p50_ms`` (building the
 computation graph: the k-hop fetch, or the SRPE graph), ``rows_p50``
-(aggregated rows) and ``reads_mean`` (batched store reads per serving).
+(aggregated rows), ``bytes_p50`` (bytes read from the store: structure,
+features and embeddings) and ``reads_mean`` (batched store reads per serving).
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ from typing import Any
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--graph", required=True, choices=("cora", "higgs-retweet"))
+    p.add_argument(
+        "--graph", required=True, help="graph in the store (cora, higgs-retweet, reddit-like, ...)"
+    )
     p.add_argument("--store", default=None, help="store URI (default: file://./var/store)")
     p.add_argument("--budgets", default="0,0.01,0.05,0.1,1", help="recompute budgets γ")
     p.add_argument(
@@ -49,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arch", default="gcn", choices=("gcn", "sage", "gin", "gat"))
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--epochs", type=int, default=200, help="training epochs (cora)")
+    p.add_argument("--epochs", type=int, default=200, help="training epochs (labelled graphs)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--repeat", type=int, default=3, help="runs per request; its latency is the fastest"
@@ -73,6 +79,19 @@ def _reduced_graph(graph, keep_mask):
     sub = a[keep_mask][:, keep_mask].tocsr()
     sub.sort_indices()
     return a, sub, new_id
+
+
+def _split(graph, labels, seed: int):
+    """The graph's stored split (``split.bin``: 0 train, 1 val, 2 test) or the
+    planetoid split of its labels."""
+    import numpy as np
+
+    from gnn_faas.functions.train import Split, planetoid_split
+
+    if graph.has("split"):
+        s = graph.read_blob("split")
+        return Split(*(np.flatnonzero(s == k) for k in (0, 1, 2)), "stored")
+    return planetoid_split(labels, graph.manifest.num_classes, seed)
 
 
 def _train(cfg, x, edge_index, labels, train_idx, epochs: int, seed: int):
@@ -103,6 +122,7 @@ def _breakdown(sizes: dict) -> dict[str, float]:
     return {
         "graph_p50_ms": float(np.median(sizes["graph_s"]) * 1e3),
         "rows_p50": float(np.median(sizes["rows"])),
+        "bytes_p50": float(np.median(sizes["bytes"])),
         "reads_mean": float(np.mean(sizes["reads"])),
     }
 
@@ -121,7 +141,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from gnn_faas.functions.model_config import ModelConfig
     from gnn_faas.functions.precompute import precompute
     from gnn_faas.functions.pyg_models import build_model, csr_edge_index
-    from gnn_faas.functions.train import planetoid_split
     from gnn_faas.functions.update import UpdateModel
     from gnn_faas.paths import default_store
     from gnn_faas.storage.datasets import ensure_dataset
@@ -140,13 +159,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.queries < 1 or args.layers < 1:
         raise InvalidRequest("--queries and --layers must be >= 1")
     store = args.store or default_store()
-    graph = ensure_dataset(store, "cora") if args.graph == "cora" else open_graph(store, args.graph)
+    graph = ensure_dataset(store, args.graph)
     n = graph.num_nodes
     rng = np.random.default_rng(args.seed)
     labelled = graph.has("labels") and graph.manifest.num_classes > 1
     if labelled:
         labels = graph.read_blob("labels").astype(np.int64)
-        split = planetoid_split(labels, graph.manifest.num_classes, args.seed)
+        split = _split(graph, labels, args.seed)
         held = rng.choice(split.test, min(args.queries, split.test.size), replace=False)
     else:  # distinct targets of requests drawn from the real order (frequent ones more often)
         order = graph.read_blob("request_order").astype(np.int64)
@@ -222,14 +241,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     def reads() -> int:
         return fetcher.reader.stats.round_trips + emb.reader.stats.round_trips
 
+    def bytes_read() -> int:
+        return fetcher.reader.stats.bytes_read + emb.reader.stats.bytes_read
+
     def serve(kind: str, budget: float = 0.0, policy: str = "") -> tuple[np.ndarray, list, dict]:
         preds, times = [], []
         sizes = {"recomputed": [], "rows": [], "outputs": [], "graph_s": [], "reads": []}
+        sizes["bytes"] = []
         target = np.array([n_red])
         for ov in requests:
             best, best_graph = float("inf"), 0.0
             for _ in range(max(1, args.repeat)):  # the shared machine's noise: keep the fastest
-                reads0 = reads()
+                reads0, bytes0 = reads(), bytes_read()
                 t = time.perf_counter()
                 tr = LocalTransport(fetcher, update, overlay=ov)
                 if kind == "exact":
@@ -246,6 +269,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             times.append(best)
             sizes["graph_s"].append(best_graph)
             sizes["reads"].append(reads() - reads0)  # store round trips of one serving
+            sizes["bytes"].append(bytes_read() - bytes0)
             sizes["rows"].append(cg.aggregated_rows())
             if kind != "exact":
                 sizes["recomputed"].append(cg.recomputed.size)

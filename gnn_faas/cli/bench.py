@@ -24,11 +24,12 @@ BENCHMARKS = {
     "soak": "steady open-loop load for minutes: RSS slope per process after warm-up",
     "live-vs-sim": "one trace window live and simulated: p50, p99, GB-s, sharing and ratios",
     "slowclients": "idle and slow-body connections held against a gateway; RSS after big bodies",
+    "storage-constants": "what a request and a byte cost on a store (the range planner's model)",
 }
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    kinds = "\n".join(f"  {k:<10} {v}" for k, v in BENCHMARKS.items())
+    kinds = "\n".join(f"  {k:<17} {v}" for k, v in BENCHMARKS.items())
     p = sub.add_parser(
         "bench",
         help="run a benchmark and print JSON",

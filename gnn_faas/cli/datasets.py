@@ -1,5 +1,7 @@
-"""``gnn-faas datasets list``, ``gnn-faas datasets prepare NAME --store URI [--from PATH]``
-and ``gnn-faas datasets metrics NAME --fanouts 10,5`` (Quiver's PSGS and FAP of a
+"""``gnn-faas datasets list``, ``gnn-faas datasets prepare NAME --store URI [--from PATH]``,
+``gnn-faas datasets synth --like LIKE [--scale F] [--seed S] [--name NAME] --store URI
+[--json]`` (a synthetic graph shaped like a benchmark dataset, see
+:mod:`gnn_faas.storage.synth`) and ``gnn-faas datasets metrics NAME --fanouts 10,5`` (Quiver's PSGS and FAP of a
 stored graph, see :mod:`gnn_faas.storage.workload_metrics`)."""
 
 from __future__ import annotations
@@ -52,6 +54,29 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="request distribution of FAP (default: the graph's request order, else uniform)",
     )
     mt.set_defaults(handler=_metrics)
+    sy = cmds.add_parser(
+        "synth",
+        help="generate a synthetic graph shaped like a benchmark dataset",
+        description=(
+            "Generate a planted-partition Chung-Lu graph with the vertex count, edge count, "
+            "average degree, power-law degrees and feature dimension of LIKE (scaled by F, "
+            "average degree kept), random features with a class signal, community labels with a "
+            "60/20/20 split and a skewed request order. Streams into the store; the manifest is "
+            "published last."
+        ),
+    )
+    sy.add_argument(
+        "--like",
+        required=True,
+        choices=("higgs-twitter", "stackoverflow", "reddit", "products"),
+        help="dataset whose shape to imitate",
+    )
+    sy.add_argument("--scale", type=float, default=1.0, help="fraction of its size (default 1)")
+    sy.add_argument("--seed", type=int, default=0, help="seed of everything random (default 0)")
+    sy.add_argument("--name", default=None, help="graph name (default: LIKE-like)")
+    sy.add_argument("--store", default=None, help="store URI (default: file://./var/store)")
+    sy.add_argument("--json", action="store_true", help="print a JSON summary")
+    sy.set_defaults(handler=_synth)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -118,4 +143,37 @@ def _metrics(args: argparse.Namespace) -> int:
     graph = open_graph(args.store or default_store(), args.graph)
     summary = compute_and_store(graph, parse_metric_fanouts(args.fanouts), args.distribution)
     print(json.dumps(summary))
+    return 0
+
+
+def _synth(args: argparse.Namespace) -> int:
+    import json
+    import signal
+    import sys
+
+    from gnn_faas.cli.ingest import default_store
+    from gnn_faas.storage.synth import synthesize
+
+    def _terminated(signum, frame):  # SIGTERM unwinds like Ctrl-C: staged blobs are removed
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _terminated)
+    store = args.store or default_store()
+    res = synthesize(
+        store,
+        args.like,
+        scale=args.scale,
+        seed=args.seed,
+        name=args.name,
+        progress=sys.stderr.isatty(),
+    )
+    if args.json:
+        print(json.dumps(res.summary()))
+    else:
+        m = res.manifest
+        print(
+            f"generated {m.name}: {m.num_nodes} vertices, {m.num_edges} edges, feature dim "
+            f"{m.feature_dim}, {m.num_classes} classes, {res.bytes / 2**20:.0f} MiB in "
+            f"{res.wall_s:.1f} s (peak RSS {res.peak_rss_mib:.0f} MiB) -> {store}"
+        )
     return 0

@@ -36,6 +36,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--labels", metavar="FILE.npy", help="integer vertex labels [n]")
     p.add_argument("--seed", type=int, default=0, help="seed of random features (default: 0)")
     p.add_argument(
+        "--reorder",
+        choices=("none", "rcm", "bfs", "degree"),
+        default="none",
+        help="renumber stored vertices so k-hop neighbourhoods span fewer contiguous ranges "
+        "(bfs recommended: fewest ranges per 2-hop neighbourhood on the graphs measured); "
+        "requests and answers keep the ids of the graph without renumbering",
+    )
+    p.add_argument(
         "--metrics",
         metavar="FANOUTS",
         default=None,
@@ -62,6 +70,7 @@ def _run(args: argparse.Namespace) -> int:
         random_dim=args.random_features,
         labels=args.labels,
         seed=args.seed,
+        reorder=args.reorder,
     )
     m, c = res.manifest, res.counts
     metrics = ""

@@ -3,6 +3,7 @@
     gnn-faas simulate twitter --day --graph bitcoin-otc --policies all --json
     gnn-faas simulate azure2019 --minutes 60 --out var/sim     # + CSV, JSON and plots
     gnn-faas simulate calibrate --graph bitcoin-otc --out FILE  # measure a profile
+    gnn-faas simulate calibrate-graph --graph NAME --store URI --out FILE  # its graph figures
     gnn-faas simulate study                                     # the README's tables
 
 Service times, cold starts and memory come from a calibration profile measured
@@ -17,7 +18,7 @@ import json
 import os
 import sys
 
-COMMANDS = ("azure2019", "azure2021", "twitter", "calibrate", "study")
+COMMANDS = ("azure2019", "azure2021", "twitter", "calibrate", "calibrate-graph", "study")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -60,6 +61,24 @@ def _run(args: argparse.Namespace) -> int:
             max_instances=args.max_instances,
             log=lambda m: print(m, file=sys.stderr),
         )
+        cal.save(args.out)
+        print(json.dumps({k: v for k, v in cal.to_dict().items() if k != "samples"}))
+        return 0
+    if args.trace == "calibrate-graph":
+        from gnn_faas.traces.calibration import Calibration
+        from gnn_faas.traces.graph_calibration import calibrate_graph
+        from gnn_faas.traces.run import open_prepared_graph
+
+        if not args.out:
+            raise InvalidRequest("simulate calibrate-graph needs --out FILE.json")
+        base = (
+            Calibration.load(args.calibration)
+            if args.calibration
+            else Calibration.bundled("bitcoin-otc")
+        )
+        graph, store = open_prepared_graph(args.graph, args.store)
+        cal = calibrate_graph(base, graph, store, max_instances=args.max_instances,
+                              log=lambda m: print(m, file=sys.stderr))  # fmt: skip
         cal.save(args.out)
         print(json.dumps({k: v for k, v in cal.to_dict().items() if k != "samples"}))
         return 0

@@ -62,6 +62,7 @@ from gnn_faas.storage.embeddings import EmbeddingStore
 from gnn_faas.storage.fetcher import FetchStats, KHopFetcher
 from gnn_faas.storage.format import open_graph
 from gnn_faas.storage.overlay import GraphOverlay
+from gnn_faas.storage.reorder import IdMap
 from gnn_faas.storage.srpe_graph import build_srpe_graph
 
 log = logging.getLogger("gnn_faas.gateway")
@@ -124,6 +125,7 @@ class ModelRuntime:
         self.metrics = metrics
         self.clock = clock or RealClock()
         self.graph = open_graph(serving.store, m.graph)
+        self.id_map = IdMap.of(self.graph)  # None unless ingest renumbered the graph
         self.fetcher = KHopFetcher(self.graph)
         self._fetch_lock = threading.Lock()
         ckpt = serving.checkpoint_dir(m)
@@ -324,6 +326,7 @@ class ModelRuntime:
                 self.graph.manifest.feature_dim,
                 self.graph.manifest.symmetrized,
                 self.new_vertex_limits,
+                id_map=self.id_map,
             )
             num_ids = self.graph.num_nodes if overlay is None else overlay.num_nodes
             req = parse_infer_request(
@@ -333,6 +336,7 @@ class ModelRuntime:
                 max_targets=self.m.max_targets,
                 task=self.model_config.task,
                 limits=self.serving.limits,
+                id_map=self.id_map,
             )
         return req, overlay
 

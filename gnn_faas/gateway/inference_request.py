@@ -44,12 +44,15 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gnn_faas.config import LimitsConfig
 from gnn_faas.errors import GnnFaasError, InvalidRequest, PayloadTooLarge, UnsupportedRequest
+
+if TYPE_CHECKING:  # the map comes from the store; parsing needs only its methods
+    from gnn_faas.storage.reorder import IdMap
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 BINARY_MIME = "application/octet-stream"
@@ -229,6 +232,7 @@ def parse_infer_request(
     *,
     task: str | None = None,
     limits: LimitsConfig | None = None,
+    id_map: IdMap | None = None,
 ) -> InferenceRequest:
     """Parse and validate an OIP ``/v2/models/{model}/infer`` body.
 
@@ -236,6 +240,8 @@ def parse_infer_request(
     the most vertex ids a request may name (``n`` targets, ``2k`` for ``k``
     pairs, ``n`` vertices), since the work grows with them. ``task``: the
     model's task (None: any kind is answered). ``limits``: the configured bounds.
+    ``id_map``: a renumbered graph's map; ``vertices``, ``pairs`` and
+    ``targets`` are then stored ids (``tensors`` keep the ids as sent).
     """
     limits = limits or LimitsConfig()
     doc, blob = _load_body(body, limits)
@@ -312,6 +318,10 @@ def parse_infer_request(
             graph_ids = _check_graph_ids(tensors["graph_ids"], vertices)
         else:
             graph_ids = np.zeros(vertices.shape, np.int64)
+    if id_map is not None:
+        vertices = id_map.to_stored(vertices)
+        if pairs is not None:
+            pairs = vertices.reshape(pairs.shape)
     return InferenceRequest(
         id=req_id if req_id is not None else uuid.uuid4().hex,
         model=model,

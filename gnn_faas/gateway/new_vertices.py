@@ -31,13 +31,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gnn_faas.errors import InvalidRequest, PayloadTooLarge
 from gnn_faas.gateway.inference_request import RawInferRequest
 from gnn_faas.storage.overlay import GraphOverlay
+
+if TYPE_CHECKING:  # the map comes from the store; parsing needs only its methods
+    from gnn_faas.storage.reorder import IdMap
 
 NEW_VERTEX_INPUTS = ("features", "edges")
 DEFAULT_MAX_VERTICES = 256
@@ -138,8 +141,11 @@ def parse_new_vertices(
     feature_dim: int,
     symmetrized: bool,
     limits: NewVertexLimits | None = None,
+    id_map: IdMap | None = None,
 ) -> GraphOverlay | None:
-    """The request's :class:`GraphOverlay`, or ``None`` when it adds nothing."""
+    """The request's :class:`GraphOverlay`, or ``None`` when it adds nothing.
+    ``id_map``: a renumbered graph's map (stored vertices' ids in ``edges`` are
+    the user's; new vertices' ids are the same in both numberings)."""
     if not inputs:
         return None
     limits = limits or NewVertexLimits()
@@ -197,6 +203,8 @@ def parse_new_vertices(
             raise InvalidRequest("input 'edges' must not hold self-loops")
     if n == 0 and edges.shape[0] == 0:
         return None
+    if id_map is not None:
+        edges = id_map.to_stored(edges)
     return GraphOverlay.build(num_nodes, features, edges, symmetrize=symmetrized)
 
 

@@ -1,7 +1,8 @@
 """On-demand k-hop fetching from a graph store by byte ranges (FaaS-GNN 4.2).
 
 Each hop makes one batched read of the indptr entries of its frontier and one
-batched read of their neighbour segments, coalescing adjacent ranges; a vertex
+batched read of their neighbour segments, planned by the store's measured
+request cost (:func:`gnn_faas.storage.ranges.coalesce`); a vertex
 is expanded at most once per fetch. Feature rows are read the same way.
 Sampling (a per-hop fanout) is uniform without replacement and *per vertex*
 deterministic: a vertex keeps the neighbours with the smallest
@@ -22,6 +23,7 @@ from gnn_faas.storage.computation_graph import ComputationGraph
 from gnn_faas.storage.format import GraphHandle
 from gnn_faas.storage.overlay import GraphOverlay, merge_segments
 from gnn_faas.storage.ranges import RangeReader, ReadStats
+from gnn_faas.storage.request_cost import RequestCost
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -87,9 +89,9 @@ class FetchStats:
 class KHopFetcher:
     """Fetches computation graphs and feature rows of one graph on demand."""
 
-    def __init__(self, graph: GraphHandle, overhead: float | None = None):
+    def __init__(self, graph: GraphHandle, cost: RequestCost | None = None):
         self.graph = graph
-        self.reader = RangeReader(graph.backend, overhead)
+        self.reader = RangeReader(graph.backend, cost)
         self._indptr_path = graph.path("indptr")
         self._indices_path = graph.path("indices")
         self._indices_dtype = np.dtype(graph.info("indices").dtype)

@@ -11,6 +11,9 @@ A store root holds named graphs; graph ``NAME`` is the key prefix ``NAME/``::
     NAME/node_ids.bin        int64 [num_nodes] original vertex ids  (optional)
     NAME/request_order.bin   int64 [k] target vertices in time order (optional)
     NAME/self_loops.bin      int32 [num_nodes] edges v -> v of each v (only if any)
+    NAME/user_ids.bin        int64 [num_nodes] user id of each stored vertex (renumbered
+                             graphs only, see storage/reorder.py)
+    NAME/split.bin           uint8 [num_nodes] 0 train, 1 val, 2 test  (optional)
 
 Row ``v`` of the CSR lists the vertices ``v`` aggregates from (its in-edges), so
 a neighbourhood is one contiguous range of ``indices.bin``. ``degree.bin`` is
@@ -40,7 +43,15 @@ FORMAT_NAME = "gnn-faas-graph"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 REQUIRED_BLOBS = ("indptr", "indices", "features")
-OPTIONAL_BLOBS = ("labels", "degree", "node_ids", "request_order", "self_loops")
+OPTIONAL_BLOBS = (
+    "labels",
+    "degree",
+    "node_ids",
+    "request_order",
+    "self_loops",
+    "user_ids",
+    "split",
+)
 _ALLOWED_DTYPES = {"<i8", "<i4", "<f4", "<f2", "|u1", "|i1"}
 
 
@@ -143,6 +154,7 @@ def write_graph(
     request_order: np.ndarray | None = None,
     num_classes: int = 0,
     extra: dict[str, Any] | None = None,
+    user_ids: np.ndarray | None = None,
 ) -> Manifest:
     """Write a graph's blobs, then its manifest (last, so a half-written graph
     has no manifest and cannot be opened)."""
@@ -172,6 +184,8 @@ def write_graph(
         arrays["node_ids"] = np.asarray(node_ids).astype("<i8", copy=False)
     if request_order is not None:
         arrays["request_order"] = np.asarray(request_order).astype("<i8", copy=False)
+    if user_ids is not None:
+        arrays["user_ids"] = np.asarray(user_ids).astype("<i8", copy=False)
     blobs = {}
     for key, arr in arrays.items():
         arr = _as_le(arr)

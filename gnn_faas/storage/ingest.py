@@ -456,6 +456,7 @@ def write_csr(
     num_classes: int = 0,
     request_order: np.ndarray | None = None,
     extra: dict[str, Any] | None = None,
+    user_ids: np.ndarray | None = None,
 ) -> Manifest:
     """Write a built graph and its per-vertex arrays (local id order) to the store."""
     return write_graph(
@@ -470,7 +471,18 @@ def write_csr(
         request_order=request_order,
         num_classes=num_classes,
         extra={**graph.counts, **(extra or {})},
+        user_ids=user_ids,
     )
+
+
+def renumbered(graph: CSRGraph, method: str) -> tuple[CSRGraph, np.ndarray]:
+    """``graph`` with its vertices renumbered by ``method``, and ``user_ids``
+    (``user_ids[stored] = id before renumbering``)."""
+    from gnn_faas.storage.reorder import permute_csr, reorder_permutation
+
+    order = reorder_permutation(graph.indptr, graph.indices, method)
+    indptr, indices = permute_csr(graph.indptr, graph.indices, order)
+    return CSRGraph(indptr, indices, graph.node_ids[order], graph.symmetrized, graph.counts), order
 
 
 @dataclass(frozen=True)
@@ -493,12 +505,20 @@ def ingest(
     labels: str | Path | None = None,
     seed: int = 0,
     block_bytes: int = BLOCK_BYTES,
+    reorder: str = "none",
 ) -> IngestResult:
     """Read ``source``, build the in-edge CSR and write graph ``name`` to ``store``.
 
     Features come from ``features`` (``.npy``) or are standard normal of
-    dimension ``random_dim`` (default 16) drawn with ``seed``.
+    dimension ``random_dim`` (default 16) drawn with ``seed``. ``reorder``
+    renumbers the stored vertices for locality (:mod:`gnn_faas.storage.reorder`;
+    ``bfs`` is the recommendation); requests keep using the ids the graph has
+    without it, through the stored ``user_ids``.
     """
+    from gnn_faas.storage.reorder import REORDERS
+
+    if reorder not in REORDERS:
+        raise InvalidRequest(f"--reorder must be one of {', '.join(REORDERS)}, not {reorder!r}")
     if features is not None and random_dim is not None:
         raise InvalidRequest("give either a features file or a random feature dimension")
     t0 = time.perf_counter()
@@ -522,7 +542,20 @@ def ingest(
     if labels is not None:
         raw = align_rows(load_npy(labels, "labels"), graph.node_ids, "labels")
         label_arr, num_classes = check_labels(raw)
+    user_ids = None
+    if reorder != "none":
+        graph, user_ids = renumbered(graph, reorder)
+        feats = feats[user_ids]
+        label_arr = None if label_arr is None else label_arr[user_ids]
+        extra["reorder"] = reorder
     manifest = write_csr(
-        backend, name, graph, feats, labels=label_arr, num_classes=num_classes, extra=extra
+        backend,
+        name,
+        graph,
+        feats,
+        labels=label_arr,
+        num_classes=num_classes,
+        extra=extra,
+        user_ids=user_ids,
     )
     return IngestResult(manifest, time.perf_counter() - t0, dict(graph.counts))

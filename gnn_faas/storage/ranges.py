@@ -1,10 +1,12 @@
-"""Range coalescing and a measured, batched range reader.
+"""The range planner, and a measured, batched range reader.
 
-:func:`coalesce` merges overlapping and touching byte ranges always, and
-nearby ones while the extra bytes stay within a budget (smallest gaps first),
-so a backend where each request costs a network call reads a little more in
-far fewer requests. :class:`RangeReader` turns a batch of ranges of one blob
-into one ``read_ranges`` call (one round trip) and counts what it did.
+:func:`coalesce` plans the requests of a batch of byte ranges of one blob so
+that the modelled cost ``requests·per_request_s + bytes·per_byte_s``
+(:class:`~gnn_faas.storage.request_cost.RequestCost`, constants measured per
+store) is minimal: overlapping and touching ranges are merged always, and two
+neighbouring ranges are merged across their gap exactly when the gap's bytes
+cost less than one request. :class:`RangeReader` turns a batch of ranges of
+one blob into one ``read_ranges`` call (one round trip) and counts what it did.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 from gnn_faas.errors import CorruptBlob
 from gnn_faas.storage.backends import StorageBackend, with_retries
 from gnn_faas.storage.backends.file import gather_ranges
+from gnn_faas.storage.request_cost import RequestCost, constants_for
 
 
 @dataclass
@@ -59,12 +62,35 @@ class CoalescedRanges:
         return int((self.ends - self.starts).sum())
 
 
-def coalesce(starts: np.ndarray, ends: np.ndarray, overhead: float = 0.0) -> CoalescedRanges:
-    """Merge ranges ``[starts[i], ends[i])``.
+def coalesce(starts: np.ndarray, ends: np.ndarray, max_gap: float = 0.0) -> CoalescedRanges:
+    """Merge ranges ``[starts[i], ends[i])`` into the cheapest set of requests.
 
-    Overlapping or touching ranges are always merged. Gaps between the rest
-    are merged smallest first while their total stays within
-    ``overhead * needed_bytes``.
+    Overlapping or touching ranges are always merged; two neighbouring ranges
+    whose gap is shorter than ``max_gap`` bytes are merged across it
+    (``max_gap = per_request_s / per_byte_s``, :attr:`RequestCost.max_gap`).
+
+    Why this rule is optimal for the cost ``C = R·c_r + B·c_b`` (``R``
+    requests moving ``B`` bytes in all). Sort the ranges and merge the
+    overlapping and touching ones: that leaves disjoint ranges ``1..n`` of
+    ``U`` bytes in all, separated by gaps ``g_1..g_{n-1} > 0``. A plan is a
+    set of byte intervals covering them. (i) In a cheapest plan every request
+    covers whole ranges: a range cut between two requests means the two
+    touch or overlap, and one request over both moves no more bytes for one
+    request less. (ii) A request never starts or ends inside a gap (trimming
+    it to the ranges it covers only removes bytes), and two requests never
+    overlap (trimming one of them removes bytes). So a cheapest plan is a partition of ``1..n`` into runs of
+    consecutive ranges, each run read as one request from its first start to
+    its last end. Let ``M`` be the set of gaps that lie inside a run; then
+    ``R = n − |M|`` and ``B = U + Σ_{i∈M} g_i``, hence::
+
+        C(M) = n·c_r + U·c_b + Σ_{i∈M} (g_i·c_b − c_r)
+
+    a sum of independent per-gap terms: ``C`` is minimal exactly when ``M``
+    holds every gap with ``g_i·c_b < c_r``, i.e. ``g_i < c_r / c_b = max_gap``
+    (a gap with equality may go either way; it is left open). The rule is one
+    comparison on the array of gaps, computed on whole arrays below. With
+    ``max_gap = 0`` (requests free) only the overlapping or touching ranges
+    merge; with ``max_gap = inf`` (bytes free) the batch is one request.
     """
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
@@ -79,13 +105,7 @@ def coalesce(starts: np.ndarray, ends: np.ndarray, overhead: float = 0.0) -> Coa
     # size of the union: each range contributes what lies beyond the reach before it
     before = np.concatenate(([np.iinfo(np.int64).min], reach[:-1]))
     needed = int(np.maximum(0, e - np.maximum(s, before)).sum())
-    merge = gaps <= 0
-    if overhead > 0 and n > 1:
-        pos = np.flatnonzero(gaps > 0)
-        if pos.size:
-            by_size = pos[np.argsort(gaps[pos], kind="stable")]
-            within = np.cumsum(gaps[by_size]) <= overhead * needed
-            merge[by_size[within]] = True
+    merge = (gaps <= 0) | (gaps < max_gap)
     new_group = np.concatenate(([True], ~merge))
     group = np.cumsum(new_group) - 1
     first = np.flatnonzero(new_group)
@@ -100,18 +120,25 @@ def coalesce(starts: np.ndarray, ends: np.ndarray, overhead: float = 0.0) -> Coa
     return CoalescedRanges(m_starts, m_ends, offsets, needed)
 
 
+def plan_cost(plan: CoalescedRanges, cost: RequestCost) -> float:
+    """Modelled seconds of reading ``plan`` as one batch."""
+    return cost.cost(int(plan.starts.size), plan.read_bytes)
+
+
 class RangeReader:
     """Batched, coalesced, retried range reads of blobs in one backend, measured."""
 
-    def __init__(self, backend: StorageBackend, overhead: float | None = None):
+    def __init__(self, backend: StorageBackend, cost: RequestCost | None = None):
         self.backend = backend
-        self.overhead = backend.coalesce_overhead if overhead is None else overhead
+        self.cost = constants_for(backend) if cost is None else cost
         self.stats = ReadStats()
 
     def read(self, path: str, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
         """Concatenation of ``[starts[i], ends[i])`` in the given order, as uint8.
 
-        One backend call (one round trip) whatever the number of ranges.
+        One backend call (one round trip) whatever the number of ranges; the
+        requests are planned by :func:`coalesce` under this reader's measured
+        :class:`RequestCost`.
         """
         starts = np.asarray(starts, dtype=np.int64)
         ends = np.asarray(ends, dtype=np.int64)
@@ -119,7 +146,7 @@ class RangeReader:
         if starts.size == 0 or not lengths.any():
             return np.empty(0, dtype=np.uint8)
         keep = lengths > 0
-        plan = coalesce(starts[keep], ends[keep], self.overhead)
+        plan = coalesce(starts[keep], ends[keep], self.cost.max_gap)
         t0 = time.perf_counter()
         buf = with_retries(lambda: self.backend.read_ranges(path, plan.starts, plan.ends))
         self.stats.read_seconds += time.perf_counter() - t0

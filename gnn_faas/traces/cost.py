@@ -10,6 +10,14 @@ of ``m`` MiB and ``v`` vCPUs), billed duration rounded up to the price's unit
 bill a fleet of machines that stays up the whole run, sized to the trace's
 peak: ``machines = ⌈peak_vcpus / vcpus_per_machine⌉`` (and enough memory for
 the peak GiB), ``serverful = machines·per_hour·hours``.
+
+Storage is billed apart, per policy, beside compute (:func:`storage_dollars`).
+A request-priced store (kind ``storage``: S3 Standard) bills each request,
+``storage = GETs·get_per_thousand/1000 + PUTs·put_per_thousand/1000``; a
+node-priced one (kind ``storage_node``: ElastiCache Redis) bills the nodes
+holding the graph for the whole run, ``⌈graph GiB / node GiB⌉·per_hour·hours``,
+whatever the requests. How many GETs a policy makes comes from
+:func:`policy_storage_requests`.
 """
 
 from __future__ import annotations
@@ -28,13 +36,17 @@ PRICE_FILE = BUNDLED_DATA / "prices.yaml"
 REQUIRED = {
     "faas": ("per_million_requests", "billing_ms"),
     "serverful": ("per_hour", "vcpus", "memory_gib"),
+    "storage": ("scheme", "get_per_thousand", "put_per_thousand"),
+    "storage_node": ("scheme", "per_hour", "memory_gib"),
 }
+COMPUTE_KINDS = ("faas", "serverful")
+STORAGE_KINDS = ("storage", "storage_node")
 
 
 @dataclass(frozen=True)
 class Price:
     name: str
-    kind: str  # "faas" or "serverful"
+    kind: str  # "faas", "serverful", "storage" or "storage_node"
     source: str
     date: str
     gb_s: float = 0.0
@@ -45,6 +57,18 @@ class Price:
     per_hour: float = 0.0
     vcpus: int = 0
     memory_gib: float = 0.0
+    scheme: str = ""  # storage prices: the store kind billed (s3, redis)
+    get_per_thousand: float = 0.0
+    put_per_thousand: float = 0.0
+
+    def request_cost(self, gets: float, puts: float = 0.0) -> float:
+        """Dollars of ``gets`` GET and ``puts`` PUT requests (kind ``storage``)."""
+        return gets * self.get_per_thousand / 1e3 + puts * self.put_per_thousand / 1e3
+
+    def node_cost(self, duration_s: float, graph_gib: float) -> float:
+        """Dollars of the nodes holding ``graph_gib`` for ``duration_s`` (kind ``storage_node``)."""
+        nodes = max(1, math.ceil(graph_gib / self.memory_gib - 1e-9))
+        return nodes * self.per_hour * duration_s / 3600.0
 
     def faas_cost(
         self,
@@ -120,7 +144,7 @@ def dollars(
     one as a peak-sized fleet over ``duration_s``."""
     out: dict[str, float] = {}
     for name, price in prices.items():
-        if (price.kind == "serverful") != serverful:
+        if price.kind not in COMPUTE_KINDS or (price.kind == "serverful") != serverful:
             continue
         if serverful:
             usd = price.serverful_cost(duration_s, peak_vcpus, peak_gib)
@@ -129,3 +153,62 @@ def dollars(
         out[name] = usd
         out[f"{name}_per_million"] = usd / max(requests, 1) * 1e6
     return out
+
+
+def policy_storage_requests(
+    name: str,
+    summary: dict,
+    *,
+    per_fetch: float,
+    per_row: float,
+    full_download: float,
+    rows_per_request: float,
+) -> float:
+    """GET requests a policy's run makes to the graph store.
+
+    A policy that fetches computation graphs on demand (``gnn_faas``: one fetch
+    per buffer execution of the union of its requests' k-hop sets; ``faas_gnn``
+    and ``request_centric``: one per request) makes, per fetch of ``r`` rows,
+    ``per_fetch + per_row·r`` requests (measured on the store, see
+    :func:`gnn_faas.traces.calibration.measure_storage_requests`). Linear in
+    ``r``, so summed over the fetches::
+
+        GETs = executions·per_fetch + per_row·Σ rows
+
+    with ``Σ rows = aggregated_rows_per_request·requests`` where the run reports
+    it, else ``rows_per_request·executions``. A policy that downloads the whole
+    graph at each start (``dgl_serverless``, ``serverful``) makes
+    ``cold_starts·full_download`` requests (one GET per blob). Caches are
+    ignored: an upper bound for the fetching policies.
+    """
+    if name in ("dgl_serverless", "serverful"):
+        return float(summary["cold_starts"]) * full_download
+    executions = float(summary["executions"])
+    rows = summary.get("aggregated_rows_per_request")
+    total_rows = rows * summary["requests"] if rows is not None else rows_per_request * executions
+    return executions * per_fetch + per_row * total_rows
+
+
+def storage_dollars(
+    prices: dict[str, Price], *, gets: float, duration_s: float, graph_gib: float, requests: int
+) -> dict[str, float]:
+    """Storage dollars under every storage price, and per million requests."""
+    out: dict[str, float] = {}
+    for name, price in prices.items():
+        if price.kind == "storage":
+            usd = price.request_cost(gets)
+        elif price.kind == "storage_node":
+            usd = price.node_cost(duration_s, graph_gib)
+        else:
+            continue
+        out[name] = usd
+        out[f"{name}_per_million"] = usd / max(requests, 1) * 1e6
+    return out
+
+
+def storage_price_for(prices: dict[str, Price], scheme: str) -> Price | None:
+    """The request-priced storage price of a store kind (``s3``), if the file has one."""
+    for price in prices.values():
+        if price.kind == "storage" and price.scheme == scheme:
+            return price
+    return None

@@ -38,6 +38,7 @@ from gnn_faas.traces.run import open_prepared_graph, setup_simulation
 from gnn_faas.traces.rundir import write_requests, write_timeline
 from gnn_faas.traces.simulator import parse_policies, simulate
 from gnn_faas.traces.sources import load_trace
+from gnn_faas.traces.storage_requests import measure_fetch_requests, storage_per_policy
 from gnn_faas.traces.timeline import counts_per_second, in_flight
 
 # the live gateway's mode -> the simulator policy that models it
@@ -252,11 +253,33 @@ def replay_window(trace_name: str, args: argparse.Namespace) -> tuple[LiveRun, d
                       timeout_s=args.timeout, progress=not args.no_progress,
                       warmup_s=trace.warmup_s)  # fmt: skip
     run.summary.update(trace=trace_name, graph=graph_name, mode=mode)
+    storage_model = live_storage(run, graph, int(params.get("num_layers", 2)), mode, prices,
+                                 trace.measured_s)  # fmt: skip
     sim_runs: dict = {}
     if args.predict:
         warm = (run.full, targets) if getattr(args, "fit_warmup", False) else None
         run.summary["simulated"], sim_runs = predict(trace, graph, args, slo, prices, mode, warm)
+        sim = run.summary["simulated"]["policies"]
+        for name, st in storage_per_policy(sim, storage_model, prices, trace.measured_s).items():
+            sim[name]["storage"] = st
     return run, sim_runs, trace.measured_s
+
+
+def live_storage(run: LiveRun, graph: Any, hops: int, mode: str, prices: dict,
+                 duration_s: float) -> Any:  # fmt: skip
+    """The live run's storage requests and dollars (``storage`` in its summary),
+    modelled as the simulator's policy for the mode: one fetch per execution
+    (:func:`gnn_faas.traces.cost.policy_storage_requests`, rows per fetch
+    those of a single request); returns the per-fetch model."""
+    model = measure_fetch_requests(graph, hops, request_order(graph))
+    r = run.result
+    ok = np.flatnonzero(r.status == 200)
+    executions = np.unique([r.execution[i] or f"r{i}" for i in ok]).size
+    live = {"requests": run.summary["requests"], "executions": executions,
+            "cold_starts": run.summary["cold_starts"]}  # fmt: skip
+    name = MODE_POLICY.get(mode, "gnn_faas")
+    run.summary["storage"] = storage_per_policy({name: live}, model, prices, duration_s)[name]
+    return model
 
 
 def warmup_calibration(cal: Any, graph: Any, full: Any, targets: np.ndarray,

@@ -107,10 +107,25 @@ def simulate_trace(trace_name: str, args: argparse.Namespace) -> dict:
         "calibration": cal.meta.get("measured_at", ""),
         "policies": {n: r.summary(slo, prices, trace.measured_s) for n, r in runs.items()},
     }
+    add_storage(result, graph, cal.hops, prices, trace.measured_s)
     if args.out:
         write_simulation(Path(args.out), result, runs)
         result["out"] = args.out
     return result
+
+
+def add_storage(result: dict, graph: Any, hops: int, prices: dict, duration_s: float) -> None:
+    """Each policy's storage requests and dollars (``storage``) beside its
+    compute ``dollars``, from fetches measured on the graph under the bundled
+    S3 constants (:mod:`gnn_faas.traces.storage_requests`)."""
+    from gnn_faas.traces.request_stream import request_order
+    from gnn_faas.traces.storage_requests import measure_fetch_requests, storage_per_policy
+
+    model = measure_fetch_requests(graph, hops, request_order(graph))
+    storage = storage_per_policy(result["policies"], model, prices, duration_s)
+    for name, s in storage.items():
+        result["policies"][name]["storage"] = s
+    result["storage_model"] = model.as_dict()
 
 
 def write_simulation(out: Path, result: dict, runs: dict) -> None:

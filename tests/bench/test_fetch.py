@@ -14,25 +14,44 @@ from gnn_faas.cli import main
 from gnn_faas.storage.backends import open_backend
 from gnn_faas.storage.datasets import prepare_dataset
 from gnn_faas.storage.format import open_graph
+from gnn_faas.storage.request_cost import STORE_KEY, RequestCost, document
 
 KEYS = {
     "bytes_read", "bytes_min", "ratio", "round_trips_per_hop", "feature_round_trips",
     "p50_ms", "p99_ms", "full_download_bytes", "full_download_ms", "queries", "backend",
-    "graph", "hops", "fanout",
+    "graph", "hops", "fanout", "requests_per_query", "dollars_per_million_queries",
 }  # fmt: skip
+
+
+def save_constants(uri: str, per_request_s: float, per_byte_s: float) -> None:
+    """Planner constants saved in the store (what ``bench storage-constants --save`` does)."""
+    cost = RequestCost("file", per_request_s, per_byte_s, 0.0, {"command": "test"})
+    with open_backend(uri) as b:
+        b.pipe_file(STORE_KEY, json.dumps(document({"file": cost})).encode())
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> str:
+    """A store whose requests are free: the planner reads exactly what is needed."""
     uri = f"file://{tmp_path_factory.mktemp('store')}"
     prepare_dataset(uri, "bitcoin-otc", feature_dim=16)
     prepare_dataset(uri, "cora")
+    save_constants(uri, 0.0, 1e-9)
+    return uri
+
+
+@pytest.fixture(scope="module")
+def costly_store(tmp_path_factory) -> str:
+    """A store where a request costs as much as 10 MB (S3-like): whole blobs per read."""
+    uri = f"file://{tmp_path_factory.mktemp('costly')}"
+    prepare_dataset(uri, "bitcoin-otc", feature_dim=16)
+    save_constants(uri, 0.01, 1e-9)
     return uri
 
 
 def bench(store: str, graph: str, **kw) -> dict:
     args = argparse.Namespace(
-        store=store, graph=graph, hops=2, fanout=None, queries=30, seed=0, repeats=2
+        store=store, graph=graph, hops=2, fanout=None, queries=30, seed=0, repeats=2, prices=None
     )
     for k, v in kw.items():
         setattr(args, k, v)
@@ -51,6 +70,23 @@ def test_full_neighbourhoods_on_bitcoin_otc(store):
     assert 0 < r["p50_ms"] <= r["p99_ms"]
     backend = open_backend(store)
     assert r["full_download_bytes"] == sum(backend.size(k) for k in backend.ls("bitcoin-otc/"))
+    assert r["requests_per_query"] == r["ranges_requested"] / r["queries"]
+    assert r["dollars_per_million_queries"] is None  # a file is not billed per request
+
+
+def test_costly_requests_are_planned_into_one_per_read(costly_store, tmp_path):
+    prices = tmp_path / "prices.yaml"
+    prices.write_text(
+        "prices:\n  disk:\n    kind: storage\n    scheme: file\n    get_per_thousand: 0.5\n"
+        "    put_per_thousand: 1\n    source: https://example.org\n    date: '2026-11-25'\n"
+    )
+    r = bench(costly_store, "bitcoin-otc", prices=str(prices))
+    # two reads per hop and one of features, each one request: 5 per 2-hop query
+    assert r["requests_per_query"] == 5.0
+    assert r["bytes_read"] >= r["bytes_min"]
+    # 5 requests per query at $0.5 per 1,000: $2,500 per million queries
+    assert r["dollars_per_million_queries"] == pytest.approx(2500.0)
+    assert r["storage_price"] == "disk" and r["planner"]["max_gap_bytes"] == pytest.approx(1e7)
 
 
 def test_sampled_neighbourhoods_read_less(store):

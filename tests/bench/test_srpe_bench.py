@@ -29,3 +29,25 @@ def test_srpe_bench_on_cora(tmp_path, capsys):
         assert none["rows_p50"] <= full["rows_p50"] == r["exact"]["rows_p50"]
         assert 0 < none["graph_p50_ms"] <= none["p50_ms"] and none["reads_mean"] >= 3
     assert main(["bench", "srpe", "--graph", "cora", "--budgets", "2"]) == 2
+
+
+def test_srpe_bench_on_a_synthetic_graph(tmp_path, capsys):
+    """Any labelled graph: the model is trained on the stored split's train part,
+    queries come from its test part; rows and bytes are reported per setting."""
+    from gnn_faas.storage.synth import synthesize
+
+    store = f"file://{tmp_path}"
+    synthesize(store, "higgs-twitter", scale=0.004, seed=2)
+    argv = ["bench", "srpe", "--graph", "higgs-twitter-like", "--store", store, "--queries",
+            "12", "--budgets", "0,1", "--policies", "query_edge_ratio", "--epochs", "10",
+            "--hidden", "16", "--repeat", "1", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["graph"] == "higgs-twitter-like" and r["accuracy_kind"] == "labels"
+    assert r["queries"] == 12 and r["train_seconds"] > 0
+    exact, row = r["exact"], r["policies"]["query_edge_ratio"]
+    assert row["1"]["agreement_with_exact"] == 1.0
+    assert row["1"]["rows_p50"] == exact["rows_p50"] > row["0"]["rows_p50"] >= 1
+    # stale embeddings of the 1-hop neighbours instead of the 2-hop features
+    assert 0 < row["0"]["bytes_p50"] < exact["bytes_p50"]
+    assert main(["bench", "srpe", "--graph", "no-such-graph", "--store", store]) != 0

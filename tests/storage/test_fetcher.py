@@ -23,6 +23,7 @@ from gnn_faas.storage.backends import open_backend
 from gnn_faas.storage.computation_graph import ComputationGraph
 from gnn_faas.storage.fetcher import FetchStats, KHopFetcher
 from gnn_faas.storage.format import open_graph, write_graph
+from gnn_faas.storage.request_cost import FREE
 
 DIM = 4
 PROPERTY = settings(
@@ -190,9 +191,12 @@ def _check_full_fetch(stores: Stores, is_file: bool, case: Case) -> None:
     reads = stats.reads
     assert reads.bytes_needed == needed_bytes(case, dist, ids)
     assert reads.bytes_read >= reads.bytes_needed
-    assert reads.bytes_read <= (1 + fetcher.reader.overhead) * reads.bytes_needed
-    if is_file:
-        assert reads.bytes_read == reads.bytes_needed
+    # with requests free (the planner's other extreme) exactly the needed bytes
+    free = KHopFetcher(fetcher.graph, FREE)
+    exact = FetchStats()
+    free.fetch(case.targets, case.hops, stats=exact, degrees=True)
+    free.read_features(ids, stats=exact)
+    assert exact.reads.bytes_read == exact.reads.bytes_needed == reads.bytes_needed
 
 
 @PROPERTY

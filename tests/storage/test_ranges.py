@@ -1,6 +1,10 @@
-"""coalesce() against a bytewise reference, and RangeReader on every backend."""
+"""The range planner against a bytewise reference and a brute-force optimum, and
+RangeReader on every backend."""
 
 from __future__ import annotations
+
+import itertools
+import math
 
 import numpy as np
 import pytest
@@ -9,7 +13,8 @@ from hypothesis import strategies as st
 
 from gnn_faas.errors import CorruptBlob
 from gnn_faas.storage.backends import open_backend
-from gnn_faas.storage.ranges import RangeReader, coalesce
+from gnn_faas.storage.ranges import RangeReader, coalesce, plan_cost
+from gnn_faas.storage.request_cost import RequestCost, constants_for
 from tests.storage.backend_suite import blob, random_ranges, slices
 
 PROPERTY = settings(
@@ -47,35 +52,102 @@ def runs(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
 
 
+MAX_GAPS = st.sampled_from([0.0, 1.0, 5.0, 20.0, 100.0, math.inf])
+
+
+def gap_rule_reference(mask: np.ndarray, max_gap: float) -> tuple[np.ndarray, np.ndarray]:
+    """Naive reference of the rule: the union's runs, then a gap closed when
+    shorter than ``max_gap``, one gap at a time."""
+    rs, re = runs(mask)
+    out_s, out_e = [int(rs[0])], [int(re[0])]
+    for s, e in zip(rs[1:], re[1:], strict=True):
+        if s - out_e[-1] < max_gap:
+            out_e[-1] = int(e)
+        else:
+            out_s.append(int(s))
+            out_e.append(int(e))
+    return np.array(out_s), np.array(out_e)
+
+
 @PROPERTY
-@given(ranges=range_sets(), overhead=st.sampled_from([0.0, 0.01, 0.05, 0.2, 1.0, 10.0]))
-def test_coalesce_against_bytewise_reference(ranges, overhead):
+@given(ranges=range_sets(), max_gap=MAX_GAPS)
+def test_coalesce_against_bytewise_reference(ranges, max_gap):
     starts, ends = ranges
-    plan = coalesce(starts, ends, overhead)
+    plan = coalesce(starts, ends, max_gap)
     mask = union_mask(starts, ends, 400)
-    needed = int(mask.sum())
-    assert plan.needed_bytes == needed
+    assert plan.needed_bytes == int(mask.sum())
     # merged ranges are sorted, disjoint and never touch (touching ones merge always)
     assert np.all(plan.starts < plan.ends)
     assert np.all(plan.ends[:-1] < plan.starts[1:])
-    # they cover every requested byte, and the extra bytes stay within the budget
+    # they cover every requested byte; every gap left open is at least max_gap
     covered = union_mask(plan.starts, plan.ends, 400)
     assert not np.any(mask & ~covered)
-    extra = plan.read_bytes - needed
-    assert 0 <= extra <= overhead * needed
-    # no gap left open would still have fitted in the budget (smallest first)
-    gaps = plan.starts[1:] - plan.ends[:-1]
-    if gaps.size:
-        assert gaps.min() > overhead * needed - extra
-    if overhead == 0:
-        ref_s, ref_e = runs(mask)
-        np.testing.assert_array_equal(plan.starts, ref_s)
-        np.testing.assert_array_equal(plan.ends, ref_e)
+    assert np.all(plan.starts[1:] - plan.ends[:-1] >= max_gap)
+    ref_s, ref_e = gap_rule_reference(mask, max_gap)
+    np.testing.assert_array_equal(plan.starts, ref_s)
+    np.testing.assert_array_equal(plan.ends, ref_e)
     # offsets locate every input range inside the concatenated merged bytes
     data = np.random.default_rng(0).integers(0, 256, 400, dtype=np.uint8)
     merged = np.concatenate([data[s:e] for s, e in zip(plan.starts, plan.ends, strict=True)])
     for s, e, off in zip(starts, ends, plan.offsets, strict=True):
         np.testing.assert_array_equal(merged[off : off + e - s], data[s:e])
+
+
+def cheapest_partition(mask: np.ndarray, cost: RequestCost) -> float:
+    """Brute force over every set of closed gaps between the union's runs:
+    the cheapest plan the docstring's argument reduces the problem to."""
+    rs, re = runs(mask)
+    gaps = rs[1:] - re[:-1]
+    best = math.inf
+    for closed in itertools.product((False, True), repeat=gaps.size):
+        closed = np.array(closed, dtype=bool)
+        requests = rs.size - int(closed.sum())
+        nbytes = int(mask.sum()) + int(gaps[closed].sum())
+        best = min(best, cost.cost(requests, nbytes))
+    return best
+
+
+@PROPERTY
+@given(
+    ranges=range_sets(),
+    per_request=st.floats(0.0, 1e3, allow_nan=False),
+    per_byte=st.floats(0.0, 10.0, allow_nan=False),
+)
+def test_planned_cost_is_never_worse_than_no_or_full_merging(ranges, per_request, per_byte):
+    starts, ends = ranges
+    cost = RequestCost("t", per_request, per_byte, round_trip_s=1.0)
+    plan = coalesce(starts, ends, cost.max_gap)
+    planned = plan_cost(plan, cost)
+    mask = union_mask(starts, ends, 400)
+    hull = np.flatnonzero(mask)
+    unmerged = cost.cost(runs(mask)[0].size, int(mask.sum()))
+    merged = cost.cost(1, int(hull[-1] + 1 - hull[0]))
+    tol = 1e-9 * max(1.0, abs(planned))
+    assert planned <= unmerged + tol
+    assert planned <= merged + tol
+    if runs(mask)[0].size <= 10:  # and it is the optimum over every plan
+        assert planned <= cheapest_partition(mask, cost) + tol
+
+
+def test_coalesce_hand_cases():
+    # four 100-byte ranges with gaps of 10, 2 and 5 bytes; a request costs as
+    # much as 6 bytes: closing the 2- and 5-byte gaps pays, the 10-byte one not
+    starts = np.array([0, 110, 212, 317])
+    cost = RequestCost("t", per_request_s=6.0, per_byte_s=1.0)
+    assert cost.max_gap == 6.0
+    plan = coalesce(starts, starts + 100, cost.max_gap)
+    np.testing.assert_array_equal(plan.starts, [0, 110])
+    np.testing.assert_array_equal(plan.ends, [100, 417])
+    # 2 requests + 407 bytes = 419, against 4·6 + 400 = 424 unmerged and 6 + 417 = 423 merged
+    assert plan_cost(plan, cost) == 419.0
+    assert plan_cost(coalesce(starts, starts + 100, 0.0), cost) == 424.0
+    assert plan_cost(coalesce(starts, starts + 100, math.inf), cost) == 423.0
+    # a gap exactly at the break-even stays open (both plans cost the same)
+    plan = coalesce(np.array([0, 16]), np.array([10, 20]), 6.0)
+    assert plan.starts.size == 2
+    # bytes free (per_byte 0): one request; requests free: only overlaps and touches merge
+    assert RequestCost("t", 1.0, 0.0).max_gap == math.inf
+    assert RequestCost("t", 0.0, 1.0).max_gap == 0.0
 
 
 def test_coalesce_merges_adjacent_and_overlapping_always():
@@ -86,18 +158,8 @@ def test_coalesce_merges_adjacent_and_overlapping_always():
     assert plan.needed_bytes == 40 and plan.read_bytes == 40
 
 
-def test_coalesce_spends_the_budget_on_the_smallest_gaps():
-    # gaps of 10, 2 and 5 bytes between four 100-byte ranges: a 2% budget (8 bytes)
-    # closes the 2- and 5-byte gaps only
-    starts = np.array([0, 110, 212, 317])
-    plan = coalesce(starts, starts + 100, 0.02)
-    np.testing.assert_array_equal(plan.starts, [0, 110])
-    np.testing.assert_array_equal(plan.ends, [100, 417])
-    assert plan.read_bytes - plan.needed_bytes == 7
-
-
 def test_coalesce_of_nothing():
-    plan = coalesce(np.empty(0, np.int64), np.empty(0, np.int64), 0.05)
+    plan = coalesce(np.empty(0, np.int64), np.empty(0, np.int64), 100.0)
     assert plan.starts.size == 0 and plan.needed_bytes == 0 and plan.read_bytes == 0
 
 
@@ -106,28 +168,36 @@ def test_range_reader_on_every_backend(store_uri):
     with open_backend(store_uri) as store:
         store.pipe_file("r.bin", data)
         reader = RangeReader(store)
-        assert reader.overhead == store.coalesce_overhead
+        assert reader.cost == constants_for(store)
+        max_gap = reader.cost.max_gap
         rng = np.random.default_rng(2)
+        requested = 0
         for n in (1, 5, 40, 300):
             starts, ends = random_ranges(rng, len(data), n)
             before = reader.stats.round_trips
             got = reader.read("r.bin", starts, ends)
             assert got.tobytes() == slices(data, starts, ends)
             assert reader.stats.round_trips == before + (1 if np.any(ends > starts) else 0)
+            plan = coalesce(starts[ends > starts], ends[ends > starts], max_gap)
+            assert reader.stats.ranges_requested - requested == plan.starts.size
+            requested = reader.stats.ranges_requested
         st_ = reader.stats
-        assert st_.bytes_needed <= st_.bytes_read <= (1 + reader.overhead) * st_.bytes_needed
-        if store.coalesce_overhead == 0:
-            assert st_.bytes_read == st_.bytes_needed
+        assert st_.bytes_needed <= st_.bytes_read
+        # with requests free, exactly the needed bytes are read
+        free = RangeReader(store, RequestCost("t", 0.0, 1.0))
+        starts, ends = random_ranges(rng, len(data), 50)
+        free.read("r.bin", starts, ends)
+        assert free.stats.bytes_read == free.stats.bytes_needed
         # nothing to read: no round trip
         before = reader.stats.round_trips
         assert reader.read("r.bin", np.array([5, 9]), np.array([5, 9])).size == 0
         assert reader.stats.round_trips == before
 
 
-@pytest.mark.parametrize("overhead", [0.0, 0.05])
-def test_range_reader_reports_a_short_read(tmp_path, overhead):
+@pytest.mark.parametrize("max_gap", [0.0, 50.0])
+def test_range_reader_reports_a_short_read(tmp_path, max_gap):
     with open_backend(str(tmp_path)) as store:
         store.pipe_file("r.bin", blob(100))
-        reader = RangeReader(store, overhead=overhead)
+        reader = RangeReader(store, RequestCost("t", max_gap, 1.0))
         with pytest.raises(CorruptBlob, match="r.bin"):
             reader.read("r.bin", np.array([10, 90]), np.array([20, 120]))

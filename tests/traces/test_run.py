@@ -27,6 +27,18 @@ def test_simulate_json_and_run_directory(tmp_path, bitcoin_store, capsys):
             assert key in p, (name, key)
         assert p["dollars"] and all(v > 0 for v in p["dollars"].values())
         assert p["requests"] == result["requests"] > 1000
+        # storage requests beside compute: GETs priced at S3's $0.0004 per 1,000
+        st = p["storage"]
+        assert st["gets"] > 0
+        assert st["dollars"]["s3_standard"] == pytest.approx(st["gets"] * 0.0004 / 1000)
+    pol = result["policies"]
+    model = result["storage_model"]
+    assert model["scheme"] == "s3" and model["per_fetch"] + model["per_row"] > 0
+    # shared buffers fetch once for many requests; downloads happen per start only
+    assert pol["gnn_faas"]["storage"]["gets"] < pol["faas_gnn"]["storage"]["gets"]
+    assert pol["dgl_serverless"]["storage"]["gets"] == (
+        pol["dgl_serverless"]["cold_starts"] * model["full_download"]
+    )
     for png in ("latency_cdf.png", "rate_instances.png", "memory.png", "cost.png"):
         data = (out / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
@@ -48,6 +60,7 @@ def test_simulate_json_and_run_directory(tmp_path, bitcoin_store, capsys):
         (["simulate", "azure2019", "--minutes", "0"], "--minutes"),
         (["simulate", "azure2021", "--trace-file", "/nonexistent.csv"], "not found"),
         (["simulate", "calibrate"], "--out"),
+        (["simulate", "calibrate-graph"], "--out"),
         (["simulate", "azure2019", "--warmup", "-1"], "--warmup"),
         (["simulate", "twitter", "--day", "--warmup", "10"], "--warmup"),
     ],
@@ -73,3 +86,13 @@ def test_simulate_with_a_warm_up_measures_the_same_window(bitcoin_store, capsys)
         c, w = cold["policies"][name], warm["policies"][name]
         assert w["requests"] == c["requests"]
         assert w["cold_starts"] <= c["cold_starts"]
+
+
+def test_policy_table_shows_storage_beside_compute(bitcoin_store, capsys):
+    argv = ["simulate", "azure2019", "--minutes", "1", "--start-minute", "60", "--store",
+            bitcoin_store, "--policies", "gnn_faas,dgl_serverless"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| storage GETs / req | storage $ / M req |" in out
+    rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")}
+    assert "s3_standard" in rows["gnn_faas"] and "elasticache_redis" in rows["gnn_faas"]

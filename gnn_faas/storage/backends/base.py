@@ -26,13 +26,11 @@ T = TypeVar("T")
 class StorageBackend(ABC):
     """A flat key -> bytes store with ranged reads.
 
-    ``coalesce_overhead`` is the fraction of extra bytes the range coalescer may
-    read to merge nearby ranges into one request: 0 where a request costs
-    nothing (a local file), a few percent where each request is a network call.
+    What a request and a byte cost on a store is measured, not declared here:
+    see :mod:`gnn_faas.storage.request_cost`.
     """
 
     scheme: ClassVar[str] = ""
-    coalesce_overhead: ClassVar[float] = 0.0
 
     def __init__(self, uri: str):
         self.uri = uri

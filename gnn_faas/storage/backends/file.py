@@ -47,7 +47,6 @@ def gather_ranges(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.n
 
 class FileBackend(StorageBackend):
     scheme = "file"
-    coalesce_overhead = 0.0
 
     def __init__(self, uri: str):
         super().__init__(uri)

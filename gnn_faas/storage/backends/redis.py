@@ -122,7 +122,6 @@ class RedisBackend(StorageBackend):
     """
 
     scheme = "redis"
-    coalesce_overhead = 0.05
 
     def __init__(
         self,

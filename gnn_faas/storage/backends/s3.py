@@ -9,8 +9,9 @@ Each range is one ``GET`` with ``Range: bytes=a-b``: S3 has no multi-range
 requests, so a batch of ranges (:meth:`S3Backend.read_ranges`, the hot path)
 is served by up to ``max_workers`` concurrent GETs on one connection pool,
 each writing its bytes into its slot of one preallocated buffer. The batch
-costs about one request latency instead of one per range; the coalescer
-(``coalesce_overhead`` = 5 %) keeps the number of requests down.
+costs about one request latency instead of one per range; the range planner
+(:func:`gnn_faas.storage.ranges.coalesce`, with this store's measured request
+cost) keeps the number of requests down.
 
 Retries belong to :func:`with_retries` (botocore's own are switched off so the
 two do not multiply): each GET is retried on its own, so one throttled range
@@ -78,7 +79,6 @@ class S3Backend(StorageBackend):
     """
 
     scheme = "s3"
-    coalesce_overhead = 0.05
     list_page_size = 1000
 
     def __init__(
