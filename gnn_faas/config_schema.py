@@ -28,8 +28,8 @@ _HOUR = 3600.0
 _DAY = 86400.0
 
 
-def _int(lo: int | None = None, hi: int | None = None) -> dict:
-    s: dict[str, Any] = {"type": "integer"}
+def _int(lo: int | None = None, hi: int | None = None, *, nullable: bool = False) -> dict:
+    s: dict[str, Any] = {"type": ["integer", "null"] if nullable else "integer"}
     if lo is not None:
         s["minimum"] = lo
     if hi is not None:
@@ -37,9 +37,15 @@ def _int(lo: int | None = None, hi: int | None = None) -> dict:
     return s
 
 
-def _num(lo: float | None = None, hi: float | None = None, *, above: float | None = None) -> dict:
-    """A number ``>= lo`` (or ``> above``) and ``<= hi``."""
-    s: dict[str, Any] = {"type": "number"}
+def _num(
+    lo: float | None = None,
+    hi: float | None = None,
+    *,
+    above: float | None = None,
+    nullable: bool = False,
+) -> dict:
+    """A number ``>= lo`` (or ``> above``) and ``<= hi`` (or null where ``nullable``)."""
+    s: dict[str, Any] = {"type": ["number", "null"] if nullable else "number"}
     if lo is not None:
         s["minimum"] = lo
     if above is not None:
@@ -128,6 +134,11 @@ OPENFAAS = _section(
         "concurrency": _int(1, 1 << 16),
         "refresh_s": _SECONDS,
         "start_timeout_s": _SECONDS,
+        # "NAMESPACE/NAME" of OpenFaaS's basic-auth Secret
+        "credentials_secret": {"type": ["string", "null"], "pattern": "^[a-z0-9-]+/[a-z0-9.-]+$"},
+        "user_key": _str(min_length=1),
+        "password_key": _str(min_length=1),
+        "kubeconfig": _str(nullable=True),
     }
 )
 PLATFORM = _section(
@@ -192,6 +203,11 @@ MODEL = {
         "max_new_edges": _int(0, 1 << 30),
         "cache_prior": _enum(CACHE_PRIORS),
         "device": _enum(DEVICES),
+        # this model's function sizes where they differ from platform.*
+        "memory_function_mb": _int(16, 1 << 20, nullable=True),
+        "compute_function_mb": _int(16, 1 << 20, nullable=True),
+        "memory_vcpus": _num(above=0, hi=1024, nullable=True),
+        "compute_vcpus": _num(above=0, hi=1024, nullable=True),
     },
 }
 SCHEMA: dict[str, Any] = {

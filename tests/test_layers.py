@@ -21,6 +21,9 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "gnn_faas",
         "gnn_faas.errors",
+        "gnn_faas.extras",
+        "gnn_faas.request_id",
+        "gnn_faas.metrics",
         "gnn_faas.clock",
         "gnn_faas.paths",
         "gnn_faas.ports",

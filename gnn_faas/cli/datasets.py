@@ -151,7 +151,7 @@ def _synth(args: argparse.Namespace) -> int:
     import signal
     import sys
 
-    from gnn_faas.cli.ingest import default_store
+    from gnn_faas.paths import default_store
     from gnn_faas.storage.synth import synthesize
 
     def _terminated(signum, frame):  # SIGTERM unwinds like Ctrl-C: staged blobs are removed

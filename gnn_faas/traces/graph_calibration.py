@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 
 from gnn_faas.traces.calibration import Calibration, fit_linear
+from gnn_faas.traces.measure_calibration import full_fetch_seconds
+from gnn_faas.traces.request_stream import request_order
 
 GROUP_SIZES = (1, 2, 4)
 
@@ -87,9 +89,6 @@ def calibrate_graph(
     repeats: int = 1,
     log=print,
 ) -> Calibration:
-    from gnn_faas.traces.calibrate import full_fetch_seconds
-    from gnn_faas.traces.request_stream import request_order
-
     hops = base.hops
     log(f"timing full downloads of {graph.name} ...")
     fetch_s, graph_mb = full_fetch_seconds(store, graph.name, repeats)
