@@ -258,3 +258,43 @@ def test_gateway_container_runs_the_bundle_as_containers(client, assets, docker_
         assert not ids & left, "the gateway's function containers outlived it"
     finally:
         c.remove(force=True)
+
+
+def test_functions_start_from_the_environment_alone(client, assets):
+    """As the chart's OpenFaaS Functions run them (no command can be set): the
+    store URI from a Secret's file (GNN_FAAS_STORE_FILE), the compute function's
+    checkpoint pulled from the store at start (GNN_FAAS_MODEL_NAME), the memory
+    function's cache from GNN_FAAS_CACHE_MAX_ROWS."""
+    import docker
+
+    from gnn_faas.functions.checkpoint_store import push_checkpoint
+
+    push_checkpoint(assets["store"], assets["ckpt"], "btc")
+    secrets = assets["root"] / "secrets"
+    secrets.mkdir(exist_ok=True)
+    (secrets / "url").write_text(assets["store"])
+    (secrets / "url").chmod(0o644)
+    store_path = assets["store"][len("file://") :]
+    mounts = [docker.types.Mount(store_path, store_path, type="bind", read_only=True),
+              docker.types.Mount("/var/openfaas/secrets", str(secrets), type="bind", read_only=True)]  # fmt: skip
+    env = {"HOST": "127.0.0.1", "GNN_FAAS_STORE_FILE": "/var/openfaas/secrets/url"}
+    started = []
+    try:
+        for kind, extra in (
+            ("memory", {"GNN_FAAS_GRAPH": "bitcoin-otc", "GNN_FAAS_CACHE_MAX_ROWS": "0"}),
+            ("compute", {"MODEL_DIR": "/tmp/model", "GNN_FAAS_MODEL_NAME": "btc"}),
+        ):
+            port = free_port()
+            c = run(client, f"gnn-faas-{kind}:latest", [], mounts=mounts,
+                    environment={**env, **extra, "PORT": str(port)})  # fmt: skip
+            started.append(c)
+            wait_ready(c, f"http://127.0.0.1:{port}")
+            if kind == "compute":
+                code, out = c.exec_run(["ls", "/tmp/model"])
+                assert code == 0 and b"config.json" in out
+            else:
+                stats = requests.get(f"http://127.0.0.1:{port}/v1/stats", timeout=5).json()
+                assert stats["cache"]["capacity_rows"] == 0  # request_centric: no cache
+    finally:
+        for c in started:
+            c.remove(force=True)
