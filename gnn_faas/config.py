@@ -196,12 +196,19 @@ class BufferSettings:
     exec_estimate_s: float = 0.05
     global_opt: bool = True
     tree: str | None = None  # fitted decision tree JSON; None: the one shipped for the graph
+    # when a buffer may hold requests (gateway/work_conserving.py): cost | balanced | latency
+    objective: str = "balanced"
+    latency_slack: float = 0.1
 
-    def for_slo(self, slo_s: float):
+    def for_slo(self, slo_s: float, model: ModelBufferSettings | None = None):
         """The gateway's :class:`BufferConfig` for a model with this SLO (τ is
-        configured relative to the SLO, so one section serves every model)."""
+        configured relative to the SLO, so one section serves every model) and
+        the model's own ``buffers`` settings, which override this section's."""
         from gnn_faas.gateway.buffer_pool import BufferConfig
 
+        own = model or ModelBufferSettings()
+        objective = own.objective if own.objective is not None else self.objective
+        slack = own.latency_slack if own.latency_slack is not None else self.latency_slack
         return BufferConfig(
             num_buffers=self.num_buffers,
             slo_s=slo_s,
@@ -214,7 +221,17 @@ class BufferSettings:
             max_requests_per_buffer=self.max_requests_per_buffer,
             exec_estimate_s=self.exec_estimate_s,
             global_opt=self.global_opt,
+            objective=objective,
+            latency_slack=slack,
         )
+
+
+@dataclass(frozen=True)
+class ModelBufferSettings:
+    """A model's own buffer objective (None: the ``buffers`` section's)."""
+
+    objective: str | None = None
+    latency_slack: float | None = None
 
 
 @dataclass(frozen=True)
@@ -243,6 +260,8 @@ class ModelServingConfig:
     cache_prior: str = "degree"
     # compute functions' Update device: auto (CUDA when visible), cpu, cuda
     device: str = "auto"
+    # buffers: {objective: cost | balanced | latency, latency_slack: 0.1}
+    buffers: ModelBufferSettings = field(default_factory=ModelBufferSettings)
 
 
 @dataclass(frozen=True)
@@ -281,6 +300,10 @@ class ServingConfig:
                 raise InvalidRequest(f"model {m.name!r}: max_new_vertices/edges must be >= 0")
             if isinstance(m.max_targets, bool) or m.max_targets < 1:
                 raise InvalidRequest(f"model {m.name!r}: max_targets must be a positive integer")
+            try:
+                self.buffers.for_slo(m.slo_s, m.buffers)
+            except ValueError as exc:
+                raise InvalidRequest(f"model {m.name!r}: {exc}") from None
 
     def model(self, name: str) -> ModelServingConfig:
         for m in self.models:

@@ -179,7 +179,7 @@ class ModelRuntime:
             clients=ClientCache(),
         )
         b = serving.buffers
-        self.buffer_config = b.for_slo(m.slo_s)
+        self.buffer_config = b.for_slo(m.slo_s, m.buffers)
         self.buffers: MultiBufferPool | None = None
         if m.mode != "request_centric":
             configurator = load_configurator(b.tree, graph=m.graph, config=self.buffer_config)
@@ -189,6 +189,8 @@ class ModelRuntime:
                 self.clock,
                 configurator,
                 on_close=self._on_close,
+                # merged executions run work-conserving, at most one per memory instance
+                max_concurrency=p.max_memory_instances if m.mode == "graph_sharing" else None,
             )
         # closed buffers run here; single requests (no_sharing, request_centric) on
         # request_executor, sized for the gateway's concurrent requests
@@ -446,6 +448,13 @@ class ModelRuntime:
 
     def _run_merged(self, pendings: list[Pending], info: dict) -> None:
         closed_at = time.perf_counter()
+        try:
+            self._execute_merged(pendings, info, closed_at)
+        finally:  # the gate counts the execution done whatever its outcome
+            wait = float(np.mean([closed_at - p.arrival for p in pendings]))
+            self.buffers.finished(time.perf_counter() - closed_at, len(pendings), max(wait, 0.0))
+
+    def _execute_merged(self, pendings: list[Pending], info: dict, closed_at: float) -> None:
         try:
             with self.metrics.stage(self.name, "merge"):
                 graph, request_rows, separate_rows = self._merge(pendings)
