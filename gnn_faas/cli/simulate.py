@@ -17,6 +17,8 @@ import json
 import os
 import sys
 
+from gnn_faas.gateway.work_conserving import OBJECTIVES
+
 COMMANDS = ("azure2019", "azure2021", "twitter", "calibrate", "study")
 
 
@@ -36,6 +38,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--workers", type=int, default=min(os.cpu_count() or 1, 4),
                    help="processes for gnn_faas's buffer pass (default: CPUs, at most 4)")  # fmt: skip
+    p.add_argument(
+        "--objective",
+        choices=OBJECTIVES,
+        default=None,
+        help="gnn_faas's buffer objective (default: the buffers section's, balanced)",
+    )
+    p.add_argument(
+        "--latency-slack",
+        type=float,
+        default=None,
+        help="balanced: mean latency within (1 + slack) x no sharing's (default 0.1)",
+    )
     c = p.add_argument_group("calibrate")
     c.add_argument("--memory-mb", type=int, default=256)
     c.add_argument("--compute-mb", type=int, default=512)

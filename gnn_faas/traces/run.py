@@ -61,6 +61,21 @@ def setup_simulation(
     )
 
 
+def buffer_settings(args: argparse.Namespace) -> Any:
+    """The ``buffers`` settings with the command line's ``--objective`` and
+    ``--latency-slack`` (when given)."""
+    import dataclasses
+
+    from gnn_faas.config import BufferSettings
+
+    b = BufferSettings()
+    if getattr(args, "objective", None) is not None:
+        b = dataclasses.replace(b, objective=args.objective)
+    if getattr(args, "latency_slack", None) is not None:
+        b = dataclasses.replace(b, latency_slack=args.latency_slack)
+    return b
+
+
 def progress_bar(total: int, enabled: bool, desc: str):
     if not enabled:
         return None, lambda: None
@@ -90,7 +105,9 @@ def simulate_trace(trace_name: str, args: argparse.Namespace) -> dict:
     )
     trace = load_trace(trace_name, args)
     graph, _ = open_prepared_graph(args.graph, args.store)
-    setup = setup_simulation(trace, graph, cal, args.slo, workers=args.workers)
+    setup = setup_simulation(
+        trace, graph, cal, args.slo, buffer_settings=buffer_settings(args), workers=args.workers
+    )
     update, close = progress_bar(trace.requests, not args.no_progress and not args.json, "gnn_faas")
     runs = simulate(setup, policies, update)
     close()
