@@ -13,7 +13,13 @@ local platform and function processes):
 - ``no_sharing``: buffers, but each request aggregated on its own.
 
 Instances are warmed before the stream (one of each function), and metering
-covers the first request to the last response. The replay itself is
+covers the first request to the last response. Each mode reports the median
+of its answers' ``breakdown_ms`` (parse, k-hop fetch, buffer, each kind of
+function call's transport, (de)serialisation and work). With several ``--rps``
+values the stacks run once per rate and the JSON is
+``{"inprocess_pyg_p50_ms", "rates": {rate: {mode: figures}}}``; the in-process
+PyG figure is the same requests' k-hop fetch and forward pass in this process
+(the floor a serving path is measured against). The replay itself is
 ``gnn-faas replay``'s (:func:`gnn_faas.traces.live.replay_live`): open loop,
 bounded sender pool, status sampling; with ``--out DIR`` each mode's run
 directory (``requests.csv``, ``timeline.csv``, ``summary.json``, plots) is
@@ -41,7 +47,7 @@ MODES = {"gnn_faas": "graph_sharing", "request_centric": "request_centric",
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--graph", default="bitcoin-otc", help="graph (and dataset) name")
     p.add_argument("--trace", default="twitter", choices=["twitter"], help="arrival trace")
-    p.add_argument("--rps", type=float, default=20.0, help="mean requests per second")
+    p.add_argument("--rps", default="20", help="mean requests per second (comma-separated: each)")
     p.add_argument("--duration", type=float, default=30.0, help="seconds of trace to replay")
     p.add_argument("--slo", type=float, default=0.3, help="SLO in seconds (λGrapher: 0.3)")
     p.add_argument("--store", default=None, help="graph store URI (default: ./var/store)")
@@ -70,7 +76,61 @@ def largest_request_mb(store: str, graph: str, targets: np.ndarray, layers: int,
     return round_memory_mb(96 * 2**20 + worst)
 
 
+def parse_rates(spec) -> list[float]:
+    try:
+        rates = [float(r) for r in str(spec).split(",") if r.strip()]
+    except ValueError:
+        raise InvalidRequest(f"--rps takes numbers separated by commas, not {spec!r}") from None
+    if not rates or any(not (r > 0 and math.isfinite(r)) for r in rates):
+        raise InvalidRequest(f"--rps needs positive rates, got {spec!r}")
+    return rates
+
+
+def inprocess_pyg_p50_ms(graph, ckpt, targets: np.ndarray, n: int = 200) -> float:
+    """Median time of one request answered in process by PyG: its k-hop fetch,
+    feature read and the model's forward pass on the sampled subgraph."""
+    import time
+
+    import torch
+
+    from gnn_faas.functions.checkpoint import load_config, load_state
+    from gnn_faas.functions.pyg_models import PygGNN, cg_edge_index
+    from gnn_faas.storage.fetcher import KHopFetcher
+
+    config = load_config(ckpt)
+    model = PygGNN(config)
+    model.load_state_dict({k: torch.as_tensor(v) for k, v in load_state(ckpt).items()})
+    model.eval()
+    fetcher = KHopFetcher(graph)
+    times = []
+    with torch.no_grad():
+        for t in targets[:n].tolist():
+            t0 = time.perf_counter()
+            cg = fetcher.fetch([int(t)], config.num_layers, fanouts=config.fanouts)
+            x = torch.from_numpy(fetcher.read_features(cg.input_nodes))
+            model(x, cg_edge_index(cg))[: cg.layer_sizes[-1]].numpy()
+            times.append(time.perf_counter() - t0)
+    return float(np.median(times) * 1e3)
+
+
 def run(args: argparse.Namespace) -> dict:
+    """One rate: the figures per mode (the original shape); several: per rate."""
+    rates = parse_rates(args.rps)
+    if len(rates) == 1:
+        return run_rate(args, rates[0], with_floor=True)
+    out: dict = {"rates": {}}
+    for rate in rates:
+        res = run_rate(args, rate, with_floor="inprocess_pyg_p50_ms" not in out)
+        out.setdefault("inprocess_pyg_p50_ms", res.pop("inprocess_pyg_p50_ms", None))
+        key = f"{rate:g}"
+        out["rates"][key] = {m: res[m] for m in MODES if m in res}
+        out.setdefault("graph", res["graph"])
+        out.setdefault("duration_s", res["duration_s"])
+        out.setdefault("slo_s", res["slo_s"])
+    return out
+
+
+def run_rate(args: argparse.Namespace, rps: float, with_floor: bool) -> dict:
     from gnn_faas.bench.stack import Stack, prepared_model, summarise
     from gnn_faas.traces.cost import load_prices
     from gnn_faas.traces.live import replay_live, write_live
@@ -83,7 +143,7 @@ def run(args: argparse.Namespace) -> dict:
         raise InvalidRequest(f"unknown mode(s) {bad}; choose from {list(MODES)}")
     base, graph, ckpt = prepared_model(args.store, args.graph, args.arch, args.slo)
     prices = load_prices()
-    times = arrivals(args.rps, args.duration, seed=args.seed)
+    times = arrivals(rps, args.duration, seed=args.seed)
     order = graph.read_blob("request_order") if graph.has("request_order") else None
     if order is None or order.size == 0:
         order = np.random.default_rng(args.seed).integers(0, graph.num_nodes, times.size)
@@ -92,11 +152,13 @@ def run(args: argparse.Namespace) -> dict:
     results: dict = {
         "graph": args.graph,
         "trace": args.trace,
-        "rps": args.rps,
+        "rps": rps,
         "duration_s": args.duration,
         "requests": int(times.size),
         "slo_s": args.slo,
     }
+    if with_floor:
+        results["inprocess_pyg_p50_ms"] = inprocess_pyg_p50_ms(graph, ckpt, targets)
     baseline_mb = largest_request_mb(
         base.store, args.graph, targets, base.models[0].layers, graph.manifest.feature_dim
     )

@@ -115,7 +115,30 @@ def summarise(result: ReplayResult, slo_s: float, metering: dict) -> dict:
         busy_gb_s_per_request=metering.get("busy_gb_s", 0.0) / n,
         cold_starts=int(metering.get("cold_starts", 0)),
         instances=int(metering.get("instances", 0)),
+        breakdown_ms=median_breakdown(result.parameters),
     )
+    return out
+
+
+def median_breakdown(parameters: list[dict]) -> dict:
+    """Per step of the answers' ``breakdown_ms`` (a number, or per kind of
+    function call ``calls``/``transport_ms``/``serde_ms``/``work_ms``), its
+    median over the answers that report it."""
+    steps: dict = {}
+    for p in parameters:
+        for key, value in p.get("breakdown_ms", {}).items():
+            if isinstance(value, dict):
+                for k, v in value.items():
+                    steps.setdefault((key, k), []).append(v)
+            else:
+                steps.setdefault((key, None), []).append(value)
+    out: dict = {}
+    for (key, sub), values in sorted(steps.items()):
+        m = float(np.median(values))
+        if sub is None:
+            out[key] = m
+        else:
+            out.setdefault(key, {})[sub] = m
     return out
 
 
@@ -129,5 +152,5 @@ def prepared_model(store: str | None, graph: str, arch: str, slo_s: float):
 
     model = ModelServingConfig(name=graph, graph=graph, dataset=graph, arch=arch, slo_s=slo_s)
     base = ServingConfig(store=store or "", models=(model,))
-    prepare(base)
+    prepare(base, log=lambda msg: print(msg, file=sys.stderr))  # stdout carries the JSON
     return base, open_graph(base.store, graph), str(base.checkpoint_dir(base.models[0]))
