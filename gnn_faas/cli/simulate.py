@@ -50,6 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="balanced: mean latency within (1 + slack) x no sharing's (default 0.1)",
     )
+    p.add_argument("--frontier", action="store_true",
+                   help="sweep gnn_faas's objective (cost ... latency) beside the baselines: "
+                        "JSON points, and a PNG under --out")  # fmt: skip
     c = p.add_argument_group("calibrate")
     c.add_argument("--memory-mb", type=int, default=256)
     c.add_argument("--compute-mb", type=int, default=512)
@@ -82,8 +85,12 @@ def _run(args: argparse.Namespace) -> int:
 
         print(run_study(args))
         return 0
-    from gnn_faas.traces.run import simulate_trace
+    from gnn_faas.traces.run import simulate_frontier, simulate_trace
 
+    if args.frontier:
+        json.dump(simulate_frontier(args.trace, args), sys.stdout, sort_keys=True)
+        sys.stdout.write("\n")
+        return 0
     result = simulate_trace(args.trace, args)
     if args.json:
         json.dump(result, sys.stdout, sort_keys=True)
