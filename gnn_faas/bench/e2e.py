@@ -59,6 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-instances", type=int, default=4, help="per function (gnn_faas)")
     p.add_argument("--baseline-max-instances", type=int, default=8, help="request_centric cap")
     p.add_argument("--out", default=None, help="write each mode's run directory under DIR/<mode>")
+    p.add_argument("--frontier", action="store_true",
+                   help="sweep gnn_faas's objective (cost ... latency) at one rate beside the "
+                        "baselines (frontier.png under --out)")  # fmt: skip
 
 
 def largest_request_mb(store: str, graph: str, targets: np.ndarray, layers: int, dim: int) -> int:
@@ -116,6 +119,10 @@ def inprocess_pyg_p50_ms(graph, ckpt, targets: np.ndarray, n: int = 200) -> floa
 def run(args: argparse.Namespace) -> dict:
     """One rate: the figures per mode (the original shape); several: per rate."""
     rates = parse_rates(args.rps)
+    if getattr(args, "frontier", False):
+        if len(rates) != 1:
+            raise InvalidRequest("--frontier sweeps the objective at one --rps")
+        return run_frontier(args, rates[0])
     if len(rates) == 1:
         return run_rate(args, rates[0], with_floor=True)
     out: dict = {"rates": {}}
@@ -130,7 +137,41 @@ def run(args: argparse.Namespace) -> dict:
     return out
 
 
-def run_rate(args: argparse.Namespace, rps: float, with_floor: bool) -> dict:
+def run_frontier(args: argparse.Namespace, rps: float) -> dict:
+    """gnn_faas under each objective of the simulator's frontier, the baselines
+    once, at one rate: JSON points and, with ``--out``, ``frontier.png``."""
+    from gnn_faas.traces.plots import frontier
+    from gnn_faas.traces.run import FRONTIER, frontier_point
+
+    others = [m.strip() for m in args.modes.split(",") if m.strip() and m.strip() != "gnn_faas"]
+    args_b = argparse.Namespace(**{**vars(args), "modes": ",".join(others)})
+    base = run_rate(args_b, rps, with_floor=True) if others else {}
+    points = []
+    for label, objective, slack in FRONTIER:
+        args_g = argparse.Namespace(**{**vars(args), "modes": "gnn_faas"})
+        res = run_rate(args_g, rps, with_floor=False, objective=(objective, slack))
+        points.append(frontier_point(label, objective, slack, res["gnn_faas"]))
+    keys = ("mean_ms", "p50_ms", "p99_ms", "gb_s_per_request", "slo_violations")
+    out = {
+        "rps": rps,
+        "inprocess_pyg_p50_ms": base.get("inprocess_pyg_p50_ms"),
+        "gnn_faas": points,
+        "baselines": {m: {k: base[m][k] for k in keys} for m in others},
+    }
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        frontier(Path(args.out) / "frontier.png", points, out["baselines"])
+        out["png"] = str(Path(args.out) / "frontier.png")
+    return out
+
+
+def run_rate(
+    args: argparse.Namespace,
+    rps: float,
+    with_floor: bool,
+    objective: tuple[str, float] | None = None,
+) -> dict:
+    """Every mode at ``rps``; ``objective``: gnn_faas's buffer objective and slack."""
     from gnn_faas.bench.stack import Stack, prepared_model, summarise
     from gnn_faas.traces.cost import load_prices
     from gnn_faas.traces.live import replay_live, write_live
@@ -179,6 +220,10 @@ def run_rate(args: argparse.Namespace, rps: float, with_floor: bool) -> dict:
                 "checkpoint": ckpt, "slo_s": args.slo, "mode": mode,
             }],
         }  # fmt: skip
+        if objective is not None and name == "gnn_faas":
+            config["models"][0]["buffers"] = {
+                "objective": objective[0], "latency_slack": objective[1],
+            }  # fmt: skip
         with Stack(config) as stack:
             # a few requests outside the measured window warm caches and connections
             replay(stack.url, args.graph, np.linspace(0, 0.5, 5), targets[:5])
