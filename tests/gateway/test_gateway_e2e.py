@@ -106,6 +106,17 @@ def test_burst_of_overlapping_requests_equals_pyg(served, model):
     assert shared, "no buffer held more than one request"
     assert all(p["aggregated_rows"] < p["separate_rows"] for p in shared if p["sharing_degree"] > 0)
     assert max(p["sharing_degree"] for p in params) > 0
+    # where each answer's time went: the steps (``other`` the remainder) cover its
+    # latency, and every execution called the memory and compute functions (two layers)
+    for p in params:
+        b = p["breakdown_ms"]
+        steps = ("queued", "parse", "khop", "buffer", "execute", "other")
+        assert all(b[k] >= 0 for k in steps)
+        assert sum(b[k] for k in steps) >= p["latency_ms"] - 1e-6
+        assert b["execute"] > 0
+        for kind in ("aggregate", "update"):
+            assert b[kind]["calls"] >= 2
+            assert min(b[kind][k] for k in ("transport_ms", "serde_ms", "work_ms")) >= 0
 
 
 def test_edge_and_graph_requests_to_a_vertex_model_are_400(served):
