@@ -227,6 +227,8 @@ class BufferPoolState:
             raise InvalidRequest("a request needs a non-empty vertex set")
         self.rate.observe(now)
         self.submitted += 1
+        if self._dispatch_alone(now):
+            return self._close_alone(request, now)
         closed: list[ClosedBuffer] = []
         slot, s = self.router.route(u, self.slots)
         if slot < 0:
@@ -341,6 +343,42 @@ class BufferPoolState:
             if b.close_at <= now:
                 closed.append(self._close(b.slot, now, "capacity" if free else "held"))
         return closed
+
+    def _dispatch_alone(self, now: float) -> bool:
+        """Under the gate with no buffer open, an execution free to start and no
+        company worth waiting for, a request closes its buffer as it opens it."""
+        g = self.gate
+        return (
+            g.active
+            and g.free > 0
+            and not self.location
+            and g.company_wait_s(self.rate.rate(now)) <= 0
+            and self.config.max_requests_per_buffer >= 1
+        )
+
+    def _close_alone(self, request: PendingRequest, now: float) -> tuple[int, float, list]:
+        """:meth:`submit`'s result for a request dispatched alone (reason
+        ``"idle"``): the same buffer and figures, without the sharing index."""
+        c = self.config
+        b = Buffer(
+            buffer_id=self.next_buffer_id,
+            slot=0,
+            opened_at=now,
+            deadline=now,
+            tmax_at=now + c.tmax,
+            next_decision_at=math.inf,
+            gated=True,
+        )
+        self.next_buffer_id += 1
+        b.add(request, c.exec_estimate_s)
+        b.union_size = int(request.vertex_set.size)
+        self.gate.dispatched()
+        self.closed_buffers += 1
+        self.closed_requests += 1
+        self.union_sum += b.union_size
+        self.total_sum += b.total_vertices
+        self.reasons["idle"] += 1
+        return b.buffer_id, 0.0, [b.closed(now, "idle")]
 
     def _gated_reason(self, b: Buffer) -> str:
         if b.cap < min(b.deadline, b.tmax_at):

@@ -206,3 +206,13 @@ def test_objective_config_per_model_and_errors():
     with pytest.raises(ValueError):
         Objective("balanced", -1.0)
     assert dataclasses.replace(BufferConfig(), objective="latency").objective == "latency"
+
+
+def test_lone_dispatch_shortcut_changes_nothing(monkeypatch):
+    """A request dispatched alone skips the sharing index; the run is the same
+    as through the router and a buffer (only quicker)."""
+    fast = simulate_balanced(0.3, rate=150.0, n=1500)
+    monkeypatch.setattr(BufferPoolState, "_dispatch_alone", lambda self, now: False)
+    slow = simulate_balanced(0.3, rate=150.0, n=1500)
+    assert fast == slow
+    assert fast[2] < 1500  # and the run did share
