@@ -94,6 +94,12 @@ class RunStats:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
 
+def call_timing(client) -> CallTiming | None:
+    """The client's last call's timing (None for a client that keeps none)."""
+    last = getattr(client, "last_timing", None)
+    return last() if last is not None else None
+
+
 class ClientCache:
     """One HTTP client (keep-alive session) per function instance URL, its
     connection pool sized to ``pool_size`` (the threads that may call one URL
@@ -252,7 +258,7 @@ class Orchestrator:
                 return_root=step.return_root,
             )
             stats.add(aggregate_seconds=time.perf_counter() - t0)
-            stats.add_call("aggregate", client.last_timing())
+            stats.add_call("aggregate", call_timing(client))
             return out
 
         def update(out: dict[str, np.ndarray]) -> Future:
@@ -263,7 +269,7 @@ class Orchestrator:
                 t0 = time.perf_counter()
                 res = client.post(step.layer, agg, root)
                 stats.add(update_seconds=time.perf_counter() - t0)
-                stats.add_call("update", client.last_timing())
+                stats.add_call("update", call_timing(client))
                 return res
 
             return self._compute(post, pool)
