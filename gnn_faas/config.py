@@ -208,6 +208,17 @@ class BufferSettings:
     exec_estimate_s: float = 0.05
     global_opt: bool = True
     tree: str | None = None  # fitted decision tree JSON; None: the one shipped for the graph
+    # when a buffer may hold requests (gateway/work_conserving.py): cost | balanced | latency
+    objective: str = "balanced"
+    latency_slack: float = 0.1
+
+
+@dataclass(frozen=True)
+class ModelBufferSettings:
+    """A model's own buffer objective (None: the ``buffers`` section's)."""
+
+    objective: str | None = None
+    latency_slack: float | None = None
 
 
 @dataclass(frozen=True)
@@ -242,6 +253,8 @@ class ModelServingConfig:
     compute_function_mb: int | None = None
     memory_vcpus: float | None = None
     compute_vcpus: float | None = None
+    # buffers: {objective: cost | balanced | latency, latency_slack: 0.1}
+    buffers: ModelBufferSettings = field(default_factory=ModelBufferSettings)
 
 
 @dataclass(frozen=True)
@@ -280,6 +293,10 @@ class ServingConfig:
                 raise InvalidRequest(f"model {m.name!r}: max_new_vertices/edges must be >= 0")
             if isinstance(m.max_targets, bool) or m.max_targets < 1:
                 raise InvalidRequest(f"model {m.name!r}: max_targets must be a positive integer")
+            try:
+                self.buffers.for_slo(m.slo_s, m.buffers)
+            except ValueError as exc:
+                raise InvalidRequest(f"model {m.name!r}: {exc}") from None
 
     def model(self, name: str) -> ModelServingConfig:
         for m in self.models:

@@ -18,12 +18,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from gnn_faas.choices import ARCHS, CACHE_PRIORS, DEVICES, EMBEDDINGS, MODES, RECOMPUTE_POLICIES
+from gnn_faas.choices import (
+    ARCHS,
+    CACHE_PRIORS,
+    DEVICES,
+    EMBEDDINGS,
+    MODES,
+    OBJECTIVES,
+    RECOMPUTE_POLICIES,
+)
 from gnn_faas.errors import InvalidRequest
 
 PLATFORM_KINDS = ("local", "docker", "knative", "openfaas")  # scheduler.platform.PLATFORMS
 FRONTS = ("buffered", "gthread")
-OBJECTIVES = ("cost", "balanced", "latency")
 _HOUR = 3600.0
 _DAY = 86400.0
 
@@ -208,6 +215,13 @@ MODEL = {
         "compute_function_mb": _int(16, 1 << 20, nullable=True),
         "memory_vcpus": _num(above=0, hi=1024, nullable=True),
         "compute_vcpus": _num(above=0, hi=1024, nullable=True),
+        # the model's own buffer objective (null: the buffers section's)
+        "buffers": _section(
+            {
+                "objective": {"type": ["string", "null"], "enum": [*OBJECTIVES, None]},
+                "latency_slack": _num(0, 1e6, nullable=True),
+            }
+        ),
     },
 }
 SCHEMA: dict[str, Any] = {

@@ -121,7 +121,9 @@ def install(app: Flask, max_content_length: int = DEFAULT_MAX_BYTES) -> Flask:
         if t0 is not None:
             dt = time.perf_counter() - t0
             timer.record(dt, resp.status_code)
-            resp.headers["Server-Timing"] = f"app;dur={dt * 1e3:.3f}"
+            # the handler's time, and of it the frames' (de)serialisation
+            serde = getattr(g, "gnn_faas_serde", 0.0)
+            resp.headers["Server-Timing"] = f"app;dur={dt * 1e3:.3f}, serde;dur={serde * 1e3:.3f}"
         return resp
 
     return app
@@ -139,7 +141,15 @@ def read_frame() -> tuple[dict, dict]:
     limit = _limit()
     if _is_json():
         return {}, decode_json(body, limit)
-    return decode_frame(body, max_bytes=limit)
+    t0 = time.perf_counter()
+    try:
+        return decode_frame(body, max_bytes=limit)
+    finally:
+        _count_serde(time.perf_counter() - t0)
+
+
+def _count_serde(seconds: float) -> None:
+    g.gnn_faas_serde = getattr(g, "gnn_faas_serde", 0.0) + seconds
 
 
 def read_json() -> dict[str, Any]:
@@ -151,7 +161,10 @@ def read_json() -> dict[str, Any]:
 
 
 def frame_response(tensors: dict, params: dict | None = None, status: int = 200) -> Response:
-    return Response(encode_frame(tensors, params), status=status, mimetype=FRAME_MIME)
+    t0 = time.perf_counter()
+    body = encode_frame(tensors, params)
+    _count_serde(time.perf_counter() - t0)
+    return Response(body, status=status, mimetype=FRAME_MIME)
 
 
 def encoded_frame_response(body: bytes, status: int = 200) -> Response:

@@ -127,5 +127,5 @@ def prepared_model(store: str | None, graph: str, arch: str, slo_s: float):
     (the benchmarks that bring a stack up start from this)."""
     model = ModelServingConfig(name=graph, graph=graph, dataset=graph, arch=arch, slo_s=slo_s)
     base = ServingConfig(store=store or "", models=(model,))
-    prepare(base)
+    prepare(base, log=lambda msg: print(msg, file=sys.stderr))  # stdout carries the JSON
     return base, open_graph(base.store, graph), str(base.checkpoint_dir(base.models[0]))

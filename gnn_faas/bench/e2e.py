@@ -13,7 +13,13 @@ local platform and function processes):
 - ``no_sharing``: buffers, but each request aggregated on its own.
 
 Instances are warmed before the stream (one of each function), and metering
-covers the first request to the last response. The replay itself is
+covers the first request to the last response. Each mode reports the median
+of its answers' ``breakdown_ms`` (parse, k-hop fetch, buffer, each kind of
+function call's transport, (de)serialisation and work). With several ``--rps``
+values the stacks run once per rate and the JSON is
+``{"inprocess_pyg_p50_ms", "rates": {rate: {mode: figures}}}``; the in-process
+PyG figure is the same requests' k-hop fetch and forward pass in this process
+(the floor a serving path is measured against). The replay itself is
 ``gnn-faas replay``'s (:func:`gnn_faas.traces.live.replay_live`): open loop,
 bounded sender pool, status sampling; with ``--out DIR`` each mode's run
 directory (``requests.csv``, ``timeline.csv``, ``summary.json``, plots) is
@@ -33,13 +39,16 @@ from pathlib import Path
 import numpy as np
 
 from gnn_faas.errors import InvalidRequest
+from gnn_faas.functions.checkpoint import load_config, load_state
 from gnn_faas.scheduler.sizing.function_memory import round_memory_mb
 from gnn_faas.stack import Stack, prepared_model
 from gnn_faas.storage.fetcher import KHopFetcher
 from gnn_faas.storage.format import open_graph
 from gnn_faas.traces.cost import load_prices
 from gnn_faas.traces.live import replay_live, write_live
+from gnn_faas.traces.plots import frontier
 from gnn_faas.traces.replay import ReplayResult, replay
+from gnn_faas.traces.run import FRONTIER, frontier_point
 from gnn_faas.traces.twitter import arrivals
 
 MODES = {"gnn_faas": "graph_sharing", "request_centric": "request_centric",
@@ -49,7 +58,7 @@ MODES = {"gnn_faas": "graph_sharing", "request_centric": "request_centric",
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--graph", default="bitcoin-otc", help="graph (and dataset) name")
     p.add_argument("--trace", default="twitter", choices=["twitter"], help="arrival trace")
-    p.add_argument("--rps", type=float, default=20.0, help="mean requests per second")
+    p.add_argument("--rps", default="20", help="mean requests per second (comma-separated: each)")
     p.add_argument("--duration", type=float, default=30.0, help="seconds of trace to replay")
     p.add_argument("--slo", type=float, default=0.3, help="SLO in seconds (λGrapher: 0.3)")
     p.add_argument("--store", default=None, help="graph store URI (default: ./var/store)")
@@ -61,10 +70,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-instances", type=int, default=4, help="per function (gnn_faas)")
     p.add_argument("--baseline-max-instances", type=int, default=8, help="request_centric cap")
     p.add_argument("--out", default=None, help="write each mode's run directory under DIR/<mode>")
+    p.add_argument("--frontier", action="store_true",
+                   help="sweep gnn_faas's objective (cost ... latency) at one rate beside the "
+                        "baselines (frontier.png under --out)")  # fmt: skip
 
 
 def largest_request_mb(store: str, graph: str, targets: np.ndarray, layers: int, dim: int) -> int:
     """Memory function size for the largest request (FaaS-GNN's baseline sizing)."""
+
     fetcher = KHopFetcher(open_graph(store, graph))
     worst = 0
     for t in np.unique(targets):
@@ -72,6 +85,48 @@ def largest_request_mb(store: str, graph: str, targets: np.ndarray, layers: int,
         rows = cg.layer_sizes[0] + sum(cg.layer_sizes[1:])
         worst = max(worst, rows * dim * 4 + cg.indices.size * 16)
     return round_memory_mb(96 * 2**20 + worst)
+
+
+def parse_rates(spec) -> list[float]:
+    try:
+        rates = [float(r) for r in str(spec).split(",") if r.strip()]
+    except ValueError:
+        raise InvalidRequest(f"--rps takes numbers separated by commas, not {spec!r}") from None
+    if not rates or any(not (r > 0 and math.isfinite(r)) for r in rates):
+        raise InvalidRequest(f"--rps needs positive rates, got {spec!r}")
+    return rates
+
+
+def inprocess_pyg_p50_ms(graph, ckpt, targets: np.ndarray, n: int = 200) -> float:
+    """Median time of one request answered in process by PyG: its k-hop fetch,
+    feature read and the model's forward pass on the sampled subgraph, on one
+    torch thread (a busy machine's other threads would make torch's spin-waits
+    dominate), after a few untimed requests warm it up."""
+    import time
+
+    import torch  # lazily: the bench CLI and the other benchmarks start without torch
+
+    from gnn_faas.functions.pyg_models import PygGNN, cg_edge_index  # imports torch
+
+    config = load_config(ckpt)
+    model = PygGNN(config)
+    model.load_state_dict({k: torch.as_tensor(v) for k, v in load_state(ckpt).items()})
+    model.eval()
+    fetcher = KHopFetcher(graph)
+    times = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    warm = [int(t) for t in targets[:5].tolist()]
+    with torch.no_grad():
+        for i, t in enumerate(warm + targets[:n].tolist()):
+            t0 = time.perf_counter()
+            cg = fetcher.fetch([int(t)], config.num_layers, fanouts=config.fanouts)
+            x = torch.from_numpy(fetcher.read_features(cg.input_nodes))
+            model(x, cg_edge_index(cg))[: cg.layer_sizes[-1]].numpy()
+            if i >= len(warm):
+                times.append(time.perf_counter() - t0)
+    torch.set_num_threads(threads)
+    return float(np.median(times) * 1e3)
 
 
 def summarise(result: ReplayResult, slo_s: float, metering: dict) -> dict:
@@ -101,18 +156,95 @@ def summarise(result: ReplayResult, slo_s: float, metering: dict) -> dict:
         busy_gb_s_per_request=metering.get("busy_gb_s", 0.0) / n,
         cold_starts=int(metering.get("cold_starts", 0)),
         instances=int(metering.get("instances", 0)),
+        breakdown_ms=median_breakdown(result.parameters),
     )
     return out
 
 
+def median_breakdown(parameters: list[dict]) -> dict:
+    """Per step of the answers' ``breakdown_ms`` (a number, or per kind of
+    function call ``calls``/``transport_ms``/``serde_ms``/``work_ms``), its
+    median over the answers that report it."""
+    steps: dict = {}
+    for p in parameters:
+        for key, value in p.get("breakdown_ms", {}).items():
+            if isinstance(value, dict):
+                for k, v in value.items():
+                    steps.setdefault((key, k), []).append(v)
+            else:
+                steps.setdefault((key, None), []).append(value)
+    out: dict = {}
+    for (key, sub), values in sorted(steps.items()):
+        m = float(np.median(values))
+        if sub is None:
+            out[key] = m
+        else:
+            out.setdefault(key, {})[sub] = m
+    return out
+
+
 def run(args: argparse.Namespace) -> dict:
+    """One rate: the figures per mode (the original shape); several: per rate."""
+    rates = parse_rates(args.rps)
+    if getattr(args, "frontier", False):
+        if len(rates) != 1:
+            raise InvalidRequest("--frontier sweeps the objective at one --rps")
+        return run_frontier(args, rates[0])
+    if len(rates) == 1:
+        return run_rate(args, rates[0], with_floor=True)
+    out: dict = {"rates": {}}
+    for rate in rates:
+        res = run_rate(args, rate, with_floor="inprocess_pyg_p50_ms" not in out)
+        out.setdefault("inprocess_pyg_p50_ms", res.pop("inprocess_pyg_p50_ms", None))
+        key = f"{rate:g}"
+        out["rates"][key] = {m: res[m] for m in MODES if m in res}
+        out.setdefault("graph", res["graph"])
+        out.setdefault("duration_s", res["duration_s"])
+        out.setdefault("slo_s", res["slo_s"])
+    return out
+
+
+def run_frontier(args: argparse.Namespace, rps: float) -> dict:
+    """gnn_faas under each objective of the simulator's frontier, the baselines
+    once, at one rate: JSON points and, with ``--out``, ``frontier.png``."""
+
+    others = [m.strip() for m in args.modes.split(",") if m.strip() and m.strip() != "gnn_faas"]
+    args_b = argparse.Namespace(**{**vars(args), "modes": ",".join(others)})
+    base = run_rate(args_b, rps, with_floor=True) if others else {}
+    points = []
+    for label, objective, slack in FRONTIER:
+        args_g = argparse.Namespace(**{**vars(args), "modes": "gnn_faas"})
+        res = run_rate(args_g, rps, with_floor=False, objective=(objective, slack))
+        points.append(frontier_point(label, objective, slack, res["gnn_faas"]))
+    keys = ("mean_ms", "p50_ms", "p99_ms", "gb_s_per_request", "slo_violations")
+    out = {
+        "rps": rps,
+        "inprocess_pyg_p50_ms": base.get("inprocess_pyg_p50_ms"),
+        "gnn_faas": points,
+        "baselines": {m: {k: base[m][k] for k in keys} for m in others},
+    }
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        frontier(Path(args.out) / "frontier.png", points, out["baselines"])
+        out["png"] = str(Path(args.out) / "frontier.png")
+    return out
+
+
+def run_rate(
+    args: argparse.Namespace,
+    rps: float,
+    with_floor: bool,
+    objective: tuple[str, float] | None = None,
+) -> dict:
+    """Every mode at ``rps``; ``objective``: gnn_faas's buffer objective and slack."""
+
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise InvalidRequest(f"unknown mode(s) {bad}; choose from {list(MODES)}")
     base, graph, ckpt = prepared_model(args.store, args.graph, args.arch, args.slo)
     prices = load_prices()
-    times = arrivals(args.rps, args.duration, seed=args.seed)
+    times = arrivals(rps, args.duration, seed=args.seed)
     order = graph.read_blob("request_order") if graph.has("request_order") else None
     if order is None or order.size == 0:
         order = np.random.default_rng(args.seed).integers(0, graph.num_nodes, times.size)
@@ -121,11 +253,13 @@ def run(args: argparse.Namespace) -> dict:
     results: dict = {
         "graph": args.graph,
         "trace": args.trace,
-        "rps": args.rps,
+        "rps": rps,
         "duration_s": args.duration,
         "requests": int(times.size),
         "slo_s": args.slo,
     }
+    if with_floor:
+        results["inprocess_pyg_p50_ms"] = inprocess_pyg_p50_ms(graph, ckpt, targets)
     baseline_mb = largest_request_mb(
         base.store, args.graph, targets, base.models[0].layers, graph.manifest.feature_dim
     )
@@ -146,6 +280,10 @@ def run(args: argparse.Namespace) -> dict:
                 "checkpoint": ckpt, "slo_s": args.slo, "mode": mode,
             }],
         }  # fmt: skip
+        if objective is not None and name == "gnn_faas":
+            config["models"][0]["buffers"] = {
+                "objective": objective[0], "latency_slack": objective[1],
+            }  # fmt: skip
         with Stack(config) as stack:
             # a few requests outside the measured window warm caches and connections
             replay(stack.url, args.graph, np.linspace(0, 0.5, 5), targets[:5])

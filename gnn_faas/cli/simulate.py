@@ -18,6 +18,8 @@ import json
 import os
 import sys
 
+from gnn_faas.gateway.work_conserving import OBJECTIVES
+
 COMMANDS = ("azure2019", "azure2021", "twitter", "calibrate", "calibrate-graph", "study")
 
 
@@ -37,6 +39,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--workers", type=int, default=min(os.cpu_count() or 1, 4),
                    help="processes for gnn_faas's buffer pass (default: CPUs, at most 4)")  # fmt: skip
+    p.add_argument(
+        "--objective",
+        choices=OBJECTIVES,
+        default=None,
+        help="gnn_faas's buffer objective (default: the buffers section's, balanced)",
+    )
+    p.add_argument(
+        "--latency-slack",
+        type=float,
+        default=None,
+        help="balanced: mean latency within (1 + slack) x no sharing's (default 0.1)",
+    )
+    p.add_argument("--frontier", action="store_true",
+                   help="sweep gnn_faas's objective (cost ... latency) beside the baselines: "
+                        "JSON points, and a PNG under --out")  # fmt: skip
     c = p.add_argument_group("calibrate")
     c.add_argument("--memory-mb", type=int, default=256)
     c.add_argument("--compute-mb", type=int, default=512)
@@ -87,8 +104,12 @@ def _run(args: argparse.Namespace) -> int:
 
         print(run_study(args))
         return 0
-    from gnn_faas.traces.run import simulate_trace
+    from gnn_faas.traces.run import simulate_frontier, simulate_trace
 
+    if args.frontier:
+        json.dump(simulate_frontier(args.trace, args), sys.stdout, sort_keys=True)
+        sys.stdout.write("\n")
+        return 0
     result = simulate_trace(args.trace, args)
     if args.json:
         json.dump(result, sys.stdout, sort_keys=True)

@@ -14,10 +14,14 @@ real function instances. Every call carries the current request's W3C
 
 from __future__ import annotations
 
+import threading
+import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import requests
+from requests.adapters import HTTPAdapter
 
 from gnn_faas import errors, request_id
 from gnn_faas.functions.layer_plan import LayerStep
@@ -43,8 +47,46 @@ def error_for_status(status: int, message: str) -> errors.GnnFaasError:
     return cls(message)
 
 
+@dataclass(frozen=True)
+class CallTiming:
+    """Where one function call's time went (seconds): ``total`` from the
+    request's encoding to the answer's decoding; ``serde`` the frames'
+    (de)serialisation on both sides; ``work`` the function's handler less its
+    (de)serialisation; ``transport`` the rest (HTTP, sockets, the server's
+    dispatch to its handler)."""
+
+    total: float
+    serde: float
+    work: float
+    transport: float
+
+
+def server_timing(header: str) -> dict[str, float]:
+    """``{"app": ms, "serde": ms}`` from a ``Server-Timing`` header."""
+    out: dict[str, float] = {}
+    for part in header.split(","):
+        name, _, rest = part.strip().partition(";dur=")
+        try:
+            out[name] = float(rest)
+        except ValueError:
+            continue
+    return out
+
+
+def keep_alive_session(pool_size: int = 10) -> requests.Session:
+    """A session whose connection pool keeps ``pool_size`` connections per host
+    open (size it to the threads that call through it: a smaller pool opens
+    and drops a connection for every call beyond it)."""
+    session = requests.Session()
+    adapter = HTTPAdapter(pool_connections=4, pool_maxsize=max(int(pool_size), 1))
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
 class FunctionClient:
-    """Shared plumbing: frames and JSON over one keep-alive session."""
+    """Shared plumbing: frames and JSON over one keep-alive session. The timing
+    of the calling thread's last frame call is :meth:`last_timing`."""
 
     role = "function"
 
@@ -53,10 +95,15 @@ class FunctionClient:
         base_url: str,
         session: requests.Session | None = None,
         timeout: float = 60.0,
+        pool_size: int = 10,
     ):
         self.base_url = base_url.rstrip("/")
-        self.session = session or requests.Session()
+        self.session = session or keep_alive_session(pool_size)
         self.timeout = timeout
+        self._timing = threading.local()
+
+    def last_timing(self) -> CallTiming | None:
+        return getattr(self._timing, "last", None)
 
     def close(self) -> None:
         self.session.close()
@@ -93,9 +140,22 @@ class FunctionClient:
     def post_frame(
         self, path: str, tensors: dict[str, np.ndarray], params: dict[str, Any] | None = None
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        t0 = time.perf_counter()
         body = encode_frame(tensors, params)
+        t1 = time.perf_counter()
         resp = self._request("POST", path, data=body, headers={"Content-Type": FRAME_MIME})
-        return self._frame(resp)
+        t2 = time.perf_counter()
+        out = self._frame(resp)
+        t3 = time.perf_counter()
+        server = server_timing(resp.headers.get("Server-Timing", ""))
+        app, server_serde = server.get("app", 0.0) / 1e3, server.get("serde", 0.0) / 1e3
+        self._timing.last = CallTiming(
+            total=t3 - t0,
+            serde=(t1 - t0) + (t3 - t2) + server_serde,
+            work=max(app - server_serde, 0.0),
+            transport=max((t2 - t1) - app, 0.0),
+        )
+        return out
 
     def post_json(self, path: str, obj: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict]:
         return self._frame(self._request("POST", path, json=obj))

@@ -34,7 +34,17 @@ import numpy as np
 from gnn_faas.gateway.sharing import union_sharing_degree
 
 FEATURES = ("R", "S", "N", "Q", "K")
-REASONS = ("timeout", "decision", "fast_path", "full", "deadline", "shutdown")
+REASONS = (
+    "timeout",
+    "decision",
+    "fast_path",
+    "full",
+    "deadline",
+    "shutdown",
+    "idle",
+    "held",
+    "capacity",
+)
 
 
 @dataclass(frozen=True)
@@ -59,7 +69,10 @@ class ClosedBuffer:
     ``"fast_path"`` (a lone request with no arrival expected, see
     :class:`~gnn_faas.gateway.timeout_configurator.FastPath`), ``"full"``
     (request or vertex capacity), ``"deadline"`` (a request's SLO
-    budget ran out first), ``"shutdown"`` (flushed).
+    budget ran out first), ``"shutdown"`` (flushed); under the work-conserving
+    gate (:mod:`gnn_faas.gateway.work_conserving`) ``"idle"`` (an instance was
+    free), ``"capacity"`` (one freed while it held) and ``"held"`` (it held
+    for capacity as long as the gate allows).
     """
 
     buffer_id: int
@@ -119,6 +132,7 @@ class Buffer:
     union_size: int = 0
     cap: float = math.inf
     decisions: list[int] = field(default_factory=list)
+    gated: bool = False  # timed by the work-conserving gate, not the tree
 
     # -- membership ------------------------------------------------------------
     def add(self, request: PendingRequest, exec_estimate_s: float) -> None:

@@ -53,6 +53,7 @@ from gnn_faas.gateway.timeout_configurator import (
     TimeoutConfigurator,
     TimeoutParams,
 )
+from gnn_faas.gateway.work_conserving import Objective, WorkConservingGate
 
 __all__ = [
     "BufferConfig",
@@ -82,6 +83,10 @@ class BufferConfig:
     ``max_moves``: bound on global moves per decision round.
     ``fast_path_arrivals``: a lone request's buffer closes at once when fewer
     arrivals than this are expected within Tmax (``FastPath``; 0: off).
+    ``objective``, ``latency_slack``: the work-conserving gate
+    (:mod:`gnn_faas.gateway.work_conserving`), in force once the pool is told
+    its capacity (:meth:`BufferPoolState.set_capacity`); ``cost`` keeps the
+    tree's timeouts alone.
     """
 
     num_buffers: int = 4
@@ -100,8 +105,11 @@ class BufferConfig:
     rate_time_constant_s: float = 1.0
     max_moves: int = 16
     fast_path_arrivals: float = 1.0
+    objective: str = "balanced"
+    latency_slack: float = 0.1
 
     def __post_init__(self) -> None:
+        Objective(self.objective, self.latency_slack)  # raises on a bad pair
         if self.num_buffers < 1:
             raise ValueError("num_buffers must be >= 1")
         if self.slo_s <= 0:
@@ -141,17 +149,23 @@ class BufferConfig:
         )
 
     @classmethod
-    def from_settings(cls, settings: Any, slo_s: float) -> BufferConfig:
+    def from_settings(cls, settings: Any, slo_s: float, model: Any = None) -> BufferConfig:
         """The config of a model with this SLO from the serving config's ``buffers``
         section (:class:`~gnn_faas.config.BufferSettings`): every field the two
         share is copied by name, and ``tau_s = tau_fraction·slo_s`` (τ is set
-        relative to the SLO, so one section serves every model)."""
+        relative to the SLO, so one section serves every model). ``model``: the
+        model's own ``buffers`` (:class:`~gnn_faas.config.ModelBufferSettings`),
+        whose fields that are set override the section's."""
         mine = {f.name for f in dataclasses.fields(cls)}
         shared = {
             f.name: getattr(settings, f.name)
             for f in dataclasses.fields(settings)
             if f.name in mine
         }
+        if model is not None:
+            for f in dataclasses.fields(model):
+                if f.name in mine and getattr(model, f.name) is not None:
+                    shared[f.name] = getattr(model, f.name)
         return cls(slo_s=slo_s, tau_s=settings.tau_fraction * slo_s, **shared)
 
     @classmethod
@@ -206,6 +220,8 @@ class BufferPoolState:
         self.reasons: Counter[str] = Counter()
         self.decision_counts: Counter[int] = Counter()
         self.fast_path = FastPath(config.fast_path_arrivals)
+        objective = Objective(config.objective, config.latency_slack)
+        self.gate = WorkConservingGate(objective, config.exec_estimate_s)
 
     # -- queries -------------------------------------------------------------------
     def open_buffers(self) -> list[Buffer]:
@@ -232,6 +248,8 @@ class BufferPoolState:
             raise InvalidRequest("a request needs a non-empty vertex set")
         self.rate.observe(now)
         self.submitted += 1
+        if self._dispatch_alone(now):
+            return self._close_alone(request, now)
         closed: list[ClosedBuffer] = []
         slot, s = self.router.route(u, self.slots)
         if slot < 0:
@@ -252,11 +270,20 @@ class BufferPoolState:
             )
             self.next_buffer_id += 1
             self.slots[slot] = b
+            if self.gate.active:  # the gate, not the tree, decides when it closes
+                b.gated = True
+                b.next_decision_at = math.inf
         b.add(request, self.config.exec_estimate_s)
         self.index.add(slot, u)
         b.union_size = int(self.index.sizes[slot])
         self.location[request.id] = slot
-        if self._fast(b, now):
+        if b.gated:
+            b.deadline = self.gate.close_at(b.opened_at, self.rate.rate(now))
+        if b.gated and self._is_full(b):
+            closed.append(self._close(slot, now, "full"))
+        elif b.gated and b.close_at <= now:
+            closed.append(self._close(slot, now, self._gated_reason(b)))
+        elif self._fast(b, now):
             b.decisions.append(DECISION_CLOSE)
             self.decision_counts[DECISION_CLOSE] += 1
             closed.append(self._close(slot, now, "fast_path"))
@@ -302,8 +329,82 @@ class BufferPoolState:
             if self._is_full(b):
                 closed.append(self._close(slot, now, "full"))
             elif b.close_at <= now:
-                closed.append(self._close(slot, now, b.close_reason()))
+                reason = self._gated_reason(b) if b.gated else b.close_reason()
+                closed.append(self._close(slot, now, reason))
         return closed
+
+    # -- the work-conserving gate ---------------------------------------------------
+    def set_capacity(self, capacity: int, now: float) -> list[ClosedBuffer]:
+        """``capacity``: most executions at once (the function pool's most
+        instances). The first call turns the gate on (unless the objective is
+        ``cost``); a buffer held for capacity closes when some is free."""
+        self.gate.set_max_concurrency(capacity)
+        # while gated, a request joins an open buffer rather than opening one
+        self.router.open_below = -1.0 if self.gate.active else self.config.open_below
+        return self._release(now)
+
+    def finished(
+        self, now: float, duration_s: float, requests: int, mean_wait_s: float
+    ) -> list[ClosedBuffer]:
+        """An execution dispatched by a close finished (its instance is free)."""
+        self.gate.finished(duration_s, requests, mean_wait_s)
+        return self._release(now)
+
+    def _release(self, now: float) -> list[ClosedBuffer]:
+        """Re-time the gated buffers; close, oldest first, those that may run now."""
+        if not self.gate.active:
+            return []
+        closed: list[ClosedBuffer] = []
+        rate = self.rate.rate(now)
+        for b in sorted(self.open_buffers(), key=lambda b: (b.opened_at, b.buffer_id)):
+            if not b.gated:
+                continue
+            free = self.gate.free > 0
+            b.deadline = self.gate.close_at(b.opened_at, rate)
+            if b.close_at <= now:
+                closed.append(self._close(b.slot, now, "capacity" if free else "held"))
+        return closed
+
+    def _dispatch_alone(self, now: float) -> bool:
+        """Under the gate with no buffer open, an execution free to start and no
+        company worth waiting for, a request closes its buffer as it opens it."""
+        g = self.gate
+        return (
+            g.active
+            and g.free > 0
+            and not self.location
+            and g.company_wait_s(self.rate.rate(now)) <= 0
+            and self.config.max_requests_per_buffer >= 1
+        )
+
+    def _close_alone(self, request: PendingRequest, now: float) -> tuple[int, float, list]:
+        """:meth:`submit`'s result for a request dispatched alone (reason
+        ``"idle"``): the same buffer and figures, without the sharing index."""
+        c = self.config
+        b = Buffer(
+            buffer_id=self.next_buffer_id,
+            slot=0,
+            opened_at=now,
+            deadline=now,
+            tmax_at=now + c.tmax,
+            next_decision_at=math.inf,
+            gated=True,
+        )
+        self.next_buffer_id += 1
+        b.add(request, c.exec_estimate_s)
+        b.union_size = int(request.vertex_set.size)
+        self.gate.dispatched()
+        self.closed_buffers += 1
+        self.closed_requests += 1
+        self.union_sum += b.union_size
+        self.total_sum += b.total_vertices
+        self.reasons["idle"] += 1
+        return b.buffer_id, 0.0, [b.closed(now, "idle")]
+
+    def _gated_reason(self, b: Buffer) -> str:
+        if b.cap < min(b.deadline, b.tmax_at):
+            return "deadline"
+        return "idle" if self.gate.free > 0 else "held"
 
     def apply_decision(self, slot: int, decision: int, now: float) -> ClosedBuffer | None:
         """Apply a decision code to the buffer in ``slot`` (closing it on −1)."""
@@ -357,7 +458,7 @@ class BufferPoolState:
 
     # -- internals ---------------------------------------------------------------------
     def _fast(self, b: Buffer, now: float) -> bool:
-        if self.fast_path.min_expected_arrivals <= 0:
+        if b.gated or self.fast_path.min_expected_arrivals <= 0:
             return False
         state = b.state(now, self.rate.rate(now), self.config.slo_s)
         return self.fast_path.closes(state, self.config.tmax)
@@ -371,6 +472,8 @@ class BufferPoolState:
     def _close(self, slot: int, now: float, reason: str) -> ClosedBuffer:
         b = self.slots[slot]
         assert b is not None
+        if self.gate.max_concurrency is not None:
+            self.gate.dispatched()
         closed = b.closed(now, reason)
         self.index.clear(slot)
         self.slots[slot] = None
@@ -399,6 +502,7 @@ class BufferPoolState:
         other.location = dict(self.location)
         other.reasons = Counter(self.reasons)
         other.decision_counts = Counter(self.decision_counts)
+        other.gate = copy.copy(self.gate)
         return other
 
     def stats(self) -> dict[str, Any]:
@@ -418,6 +522,7 @@ class BufferPoolState:
             "buffers_emptied_by_moves": self.emptied_by_moves,
             "close_reasons": dict(self.reasons),
             "decisions": {str(k): v for k, v in sorted(self.decision_counts.items())},
+            "gate": self.gate.as_dict(),
         }
 
 
@@ -428,6 +533,10 @@ class MultiBufferPool:
     called outside the lock, from the thread that closed the buffer (the
     submitting thread for ``"full"``, the ticker otherwise). ``history``, when
     given, records every decision and, at close, its buffer's gain μ.
+    ``max_concurrency``, when given, is the most executions that may run at
+    once (the function pool's most instances): it turns the work-conserving
+    gate on, and the caller reports each closed buffer's execution with
+    :meth:`finished`.
     """
 
     def __init__(
@@ -439,6 +548,7 @@ class MultiBufferPool:
         on_close: Callable[[ClosedBuffer], None],
         history: Any | None = None,  # TimeoutHistory (kept loose to avoid an import cycle)
         max_wait_s: float = 0.05,
+        max_concurrency: int | None = None,
     ):
         self.config = config
         self.num_nodes = int(num_nodes)
@@ -448,6 +558,8 @@ class MultiBufferPool:
         self.history = history
         self.max_wait_s = float(max_wait_s)
         self._state = BufferPoolState(config, num_nodes)
+        if max_concurrency is not None:
+            self._state.set_capacity(max_concurrency, clock.now())
         self._cond = threading.Condition(threading.Lock())
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -475,6 +587,14 @@ class MultiBufferPool:
             self._cond.notify_all()
         self._deliver(closed)
         return buffer_id
+
+    def finished(self, duration_s: float, requests: int, mean_wait_s: float) -> None:
+        """The execution of a closed buffer ended (see the class docstring)."""
+        with self._cond:
+            now = self.clock.now()
+            closed = self._state.finished(now, duration_s, requests, mean_wait_s)
+            self._cond.notify_all()
+        self._deliver(closed)
 
     def tick(self) -> list[ClosedBuffer]:
         """Run what is due now: decision points, global moves, closes."""

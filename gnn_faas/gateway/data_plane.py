@@ -19,14 +19,12 @@ import logging
 import threading
 import time
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
 
 import numpy as np
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from gnn_faas import request_id
 from gnn_faas.clock import RealClock
 from gnn_faas.config import ModelServingConfig, ServingConfig
 from gnn_faas.errors import NotFound, Unavailable
@@ -35,16 +33,16 @@ from gnn_faas.functions.checkpoint import load_config as load_model_config
 from gnn_faas.functions.layer_plan import ModelPlan
 from gnn_faas.gateway import accept_clock
 from gnn_faas.gateway.admission import AdmissionController, Overloaded
-from gnn_faas.gateway.buffer_pool import BufferConfig, ClosedBuffer, MultiBufferPool
-from gnn_faas.gateway.function_pool import FunctionPool
+from gnn_faas.gateway.buffer_pool import BufferConfig, MultiBufferPool
+from gnn_faas.gateway.execution import Executions, InferenceJob
 from gnn_faas.gateway.inference_request import (
-    InferenceRequest,
     InferResponse,
     RawInferRequest,
     model_signature,
     parse_infer_request,
 )
 from gnn_faas.gateway.metrics import GatewayMetrics, metering_families
+from gnn_faas.gateway.model_status import function_rows, model_status
 from gnn_faas.gateway.new_vertices import (
     NewVertexLimits,
     new_vertex_parameters,
@@ -54,10 +52,8 @@ from gnn_faas.gateway.new_vertices import (
 from gnn_faas.gateway.timeout_configurator import load_configurator
 from gnn_faas.metrics import backend_name, storage_families
 from gnn_faas.scheduler.merge import merge_computation_graphs
-from gnn_faas.scheduler.orchestrator import ClientCache, Orchestrator
+from gnn_faas.scheduler.model_functions import build_model_functions
 from gnn_faas.scheduler.platform import open_platform
-from gnn_faas.scheduler.platform.base import FunctionSpec
-from gnn_faas.storage.computation_graph import ComputationGraph
 from gnn_faas.storage.embeddings import EmbeddingStore
 from gnn_faas.storage.fetcher import FetchStats, KHopFetcher
 from gnn_faas.storage.format import open_graph
@@ -68,146 +64,102 @@ from gnn_faas.storage.srpe_graph import build_srpe_graph
 log = logging.getLogger("gnn_faas.gateway")
 
 
-def stage_ms(stats) -> dict[str, float]:
-    """Milliseconds an execution held memory instances (Aggregate calls) and
-    compute instances (Update calls), summed over its calls: what each
-    function's pool was busy with (``gnn-faas simulate calibrate`` splits the
-    execution time between the two pools by them)."""
-    return {"aggregate_ms": stats.aggregate_seconds * 1e3, "update_ms": stats.update_seconds * 1e3}
-
-
-class MeteredPool:
-    """A :class:`FunctionPool` whose every call runs inside ``platform.busy``:
-    the platform meters busy GB-s and knows when an instance was last used."""
-
-    def __init__(self, pool: FunctionPool, platform):
-        self.pool = pool
-        self.platform = platform
-
-    def submit(self, fn) -> Future:
-        def run(inst):
-            with self.platform.busy(inst.id):
-                return fn(inst)
-
-        return self.pool.submit(run)
-
-    def __getattr__(self, name):
-        return getattr(self.pool, name)
-
-
-@dataclass
-class InferenceJob:
-    """What the data plane runs for one request: its parsed request, computation
-    graph and the future its answer goes to (the buffer holds it as the
-    ``payload`` of a :class:`~gnn_faas.gateway.buffer.PendingRequest`)."""
-
-    request: InferenceRequest
-    cg: ComputationGraph
-    future: Future
-    arrival: float
-    overlay: GraphOverlay | None = None  # a new-vertex request's added vertices and edges
-    predicted_rows: float | None = None  # Σ PSGS of the targets, known before the fetch
-    trace: request_id.TraceContext | None = field(default_factory=request_id.current)
+def breakdown_ms(
+    latency: float,
+    queued: float,
+    parse: float,
+    khop: float,
+    buffer: float,
+    execute: float,
+    info: dict,
+) -> dict:
+    """Where a request's time went (milliseconds): queued before the handler,
+    parse, k-hop fetch, buffer wait, execution (per kind of function call its
+    transport, (de)serialisation and work, summed over the execution's calls),
+    and the rest (answer, reply, thread hand-offs)."""
+    steps = {"queued": queued, "parse": parse, "khop": khop, "buffer": buffer, "execute": execute}
+    out: dict = {k: max(v, 0.0) * 1e3 for k, v in steps.items()}
+    out["other"] = max(latency * 1e3 - sum(out.values()), 0.0)
+    out.update(info.get("calls_ms", {}))
+    return out
 
 
 class ModelRuntime:
+    """One served model: its request path (parse, k-hop fetch, buffers), its
+    functions (:mod:`gnn_faas.scheduler.model_functions`) and the executions
+    (:mod:`gnn_faas.gateway.execution`)."""
+
     def __init__(
         self,
         serving: ServingConfig,
-        m: ModelServingConfig,
+        model: ModelServingConfig,
         platform,
         metrics: GatewayMetrics,
         clock=None,
     ):
         self.serving = serving
-        self.m = m
-        self.name = m.name
+        self.model = model
+        self.name = model.name
         self.metrics = metrics
         self.clock = clock or RealClock()
-        self.graph = open_graph(serving.store, m.graph)
+        self.graph = open_graph(serving.store, model.graph)
         self.id_map = IdMap.of(self.graph)  # None unless ingest renumbered the graph
         self.fetcher = KHopFetcher(self.graph)
         self._fetch_lock = threading.Lock()
-        ckpt = serving.checkpoint_dir(m)
+        ckpt = serving.checkpoint_dir(model)
         self.model_config = load_model_config(ckpt)
         self.plan = ModelPlan.from_config(self.model_config)
-        self.fanouts = m.fanouts if m.fanouts is not None else self.model_config.fanouts
+        self.fanouts = model.fanouts if model.fanouts is not None else self.model_config.fanouts
         self.needs_degrees = any(s.needs_degrees for s in self.plan.steps)
         # SRPE: the stored embeddings, refused at start when stale (another checkpoint)
         self.embeddings: EmbeddingStore | None = None
-        if m.embeddings == "precomputed":
-            self.embeddings = EmbeddingStore.open(self.graph, m.name, checkpoint_sha256(ckpt))
-        self.new_vertex_limits = NewVertexLimits(m.max_new_vertices, m.max_new_edges)
-        p = serving.platform
-        mem_mb = m.memory_function_mb or p.memory_function_mb  # the model's own size first
-        cache_off = m.mode == "request_centric"
-        mem_args = ["--store", serving.store, "--graph", m.graph]
-        if cache_off:
-            mem_args += ["--cache-max-rows", "0"]
-        elif m.cache_prior != "degree":
-            mem_args += ["--cache-prior", m.cache_prior]
-        self.memory_spec = FunctionSpec(
-            name=f"{m.name}-memory",
-            kind="memory",
-            args=tuple(mem_args),
-            memory_mb=mem_mb,
-            vcpus=m.memory_vcpus or p.memory_vcpus,
-            keep_alive_s=p.keep_alive_s,
-        )
-        self.compute_spec = FunctionSpec(
-            name=f"{m.name}-compute",
-            kind="compute",
-            args=("--model", str(ckpt), "--device", m.device),
-            memory_mb=m.compute_function_mb or p.compute_function_mb,
-            vcpus=m.compute_vcpus or p.compute_vcpus,
-            keep_alive_s=p.keep_alive_s,
-        )
+        if model.embeddings == "precomputed":
+            self.embeddings = EmbeddingStore.open(self.graph, model.name, checkpoint_sha256(ckpt))
+        self.new_vertex_limits = NewVertexLimits(model.max_new_vertices, model.max_new_edges)
         self.platform = platform
-        policy = "request_centric" if cache_off else "load_aware"
-
-        def pool(spec: FunctionSpec, max_instances: int) -> FunctionPool:
-            return FunctionPool(
-                spec.name,
-                launch=lambda: platform.launch(spec),
-                clock=self.clock,
-                max_instances=max_instances,
-                min_instances=p.min_instances,
-                policy=policy,
-                on_failed=lambda inst: platform.stop(inst.id),
-            )
-
-        self.memory_pool = pool(self.memory_spec, p.max_memory_instances)
-        self.compute_pool = pool(self.compute_spec, p.max_compute_instances)
-        runtime_bytes = p.runtime_mb * 2**20
-        self.orchestrator = Orchestrator(
-            self.plan,
-            MeteredPool(self.memory_pool, platform),
-            MeteredPool(self.compute_pool, platform),
-            budget_bytes=mem_mb * 2**20,
-            runtime_bytes=runtime_bytes,
-            clients=ClientCache(),
+        self.functions = build_model_functions(
+            serving, model, ckpt, self.plan, platform, self.clock
+        )
+        self.memory_spec, self.compute_spec = (
+            self.functions.memory_spec,
+            self.functions.compute_spec,
+        )
+        self.memory_pool, self.compute_pool = (
+            self.functions.memory_pool,
+            self.functions.compute_pool,
+        )
+        self.orchestrator = self.functions.orchestrator
+        self.executions = Executions(
+            model.name,
+            merged=model.mode == "graph_sharing",
+            task=self.model_config.task,
+            orchestrator=self.orchestrator,
+            metrics=metrics,
+            merge=self._merge,
+            embeddings=self._embeddings_reader,
+            count_rows=self._count_rows,
+            threads=serving.gateway.threads,
         )
         b = serving.buffers
-        self.buffer_config = BufferConfig.from_settings(b, m.slo_s)
+        self.buffer_config = BufferConfig.from_settings(b, model.slo_s, model.buffers)
         self.buffers: MultiBufferPool | None = None
-        if m.mode != "request_centric":
-            configurator = load_configurator(b.tree, graph=m.graph, config=self.buffer_config)
+        if model.mode != "request_centric":
+            configurator = load_configurator(b.tree, graph=model.graph, config=self.buffer_config)
+            merged = model.mode == "graph_sharing"
             self.buffers = MultiBufferPool(
                 self.buffer_config,
                 self.graph.num_nodes,
                 self.clock,
                 configurator,
-                on_close=self._on_close,
+                on_close=self.executions.on_close,
+                # merged executions run work-conserving, at most one per memory instance
+                max_concurrency=serving.platform.max_memory_instances if merged else None,
             )
-        # closed buffers run here; single requests (no_sharing, request_centric) on
-        # request_executor, sized for the gateway's concurrent requests
-        self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"{m.name}-exec")
-        self.request_executor = ThreadPoolExecutor(
-            max_workers=serving.gateway.threads, thread_name_prefix=f"{m.name}-req"
-        )
+            if merged:
+                self.executions.finished = self.buffers.finished
         gw = serving.gateway
         self.admission = AdmissionController(
-            m.slo_s, clock=self.clock, headroom=gw.admission_headroom, enabled=gw.admission
+            model.slo_s, clock=self.clock, headroom=gw.admission_headroom, enabled=gw.admission
         )
         self.totals = {"requests": 0, "aggregated_rows": 0, "slo_violations": 0, "shed": 0}
         self._totals_lock = threading.Lock()
@@ -222,8 +174,7 @@ class ModelRuntime:
     def stop(self) -> None:
         if self.buffers is not None:
             self.buffers.stop()  # flushes: every waiting request is executed
-        self.executor.shutdown(wait=True, cancel_futures=False)
-        self.request_executor.shutdown(wait=True, cancel_futures=False)
+        self.executions.shutdown()
         self.memory_pool.stop()
         self.compute_pool.stop()
 
@@ -243,8 +194,7 @@ class ModelRuntime:
         stopped = []
         now = self.clock.now()
         dead = {i.id for i in self.platform.instances() if i.state == "failed"}
-        pools = ((self.memory_pool, self.memory_spec), (self.compute_pool, self.compute_spec))
-        for pool, spec in pools:
+        for pool, spec in self.functions.pools:
             for inst, since in pool.idle_instances():
                 expired = now - since > spec.keep_alive_s
                 if (inst.id in dead or expired) and pool.remove(inst):
@@ -263,13 +213,13 @@ class ModelRuntime:
             **model_signature(cfg.task, cfg.out_dim),
             "parameters": {
                 "task": cfg.task,
-                "graph": self.m.graph,
+                "graph": self.model.graph,
                 "num_nodes": self.graph.num_nodes,
                 "arch": cfg.arch,
                 "num_layers": cfg.num_layers,
-                "slo_s": self.m.slo_s,
-                "mode": self.m.mode,
-                "embeddings": self.m.embeddings,
+                "slo_s": self.model.slo_s,
+                "mode": self.model.mode,
+                "embeddings": self.model.embeddings,
                 **new_vertex_parameters(self.graph.num_nodes, self.new_vertex_limits),
             },
         }
@@ -288,6 +238,7 @@ class ModelRuntime:
         if accepted_at is None:
             stamp = accept_clock.accepted_at() if isinstance(self.clock, RealClock) else None
             accepted_at = self.clock.now() if stamp is None else stamp
+        t0 = time.perf_counter()
         try:  # the cheap checks (parse, shape, ids) first: a 503 means only "valid, not now"
             parsed = self._parse(body)
         except Exception:
@@ -300,13 +251,14 @@ class ModelRuntime:
                 self.totals["shed"] += 1
             raise Overloaded(
                 f"model {self.name!r} is overloaded: a request admitted now would take about "
-                f"{decision.predicted_s:.3f} s against an SLO of {self.m.slo_s} s; "
+                f"{decision.predicted_s:.3f} s against an SLO of {self.model.slo_s} s; "
                 f"retry after {decision.retry_after_s} s",
                 decision.retry_after_s,
             )
+        parse_s = time.perf_counter() - t0
         kind = parsed[0].kind
         try:
-            result, kind, latency, queued = self._infer(parsed, accepted_at)
+            result, kind, latency, queued = self._infer(parsed, accepted_at, t0, parse_s)
         except Exception:
             self.admission.done(None)
             self.metrics.requests.labels(self.name, kind, "error").inc()
@@ -333,30 +285,34 @@ class ModelRuntime:
                 self.name,
                 body,
                 num_ids,
-                max_targets=self.m.max_targets,
+                max_targets=self.model.max_targets,
                 task=self.model_config.task,
                 limits=self.serving.limits,
                 id_map=self.id_map,
             )
         return req, overlay
 
-    def _infer(self, parsed, accepted_at: float) -> tuple[InferResponse, str, float, float]:
-        """The answer, the request kind, its latency and time queued (seconds)."""
+    def _infer(
+        self, parsed, accepted_at: float, t0: float, parse_s: float
+    ) -> tuple[InferResponse, str, float, float]:
+        """The answer, the request kind, its latency and time queued (seconds);
+        ``t0`` is when parsing began and ``parse_s`` how long it took."""
         req, overlay = parsed
-        t0 = time.perf_counter()
         arrival = self.clock.now()
         queued = max(0.0, arrival - accepted_at)
         m = self.metrics
+        t_parsed = time.perf_counter()
         with m.stage(self.name, "khop"):
             stats = FetchStats()
             with self._fetch_lock:
                 predicted = self._predicted_rows(req.targets)
                 cg = self._graph_of(req.targets, overlay, stats)
+        t_submit = time.perf_counter()
         pending = InferenceJob(req, cg, Future(), t0, overlay, predicted)
         pending.future.set_running_or_notify_cancel()
         if self.buffers is None or overlay is not None:
             # a request's added edges change its stored neighbours: never merged
-            self._run_separately([pending], None)
+            self.executions.run_separately([pending], None)
         else:
             # clients choose OIP ids and may repeat them: the pool gets its own key
             self.buffers.submit(uuid.uuid4().hex, np.sort(cg.nodes), payload=pending)
@@ -366,20 +322,23 @@ class ModelRuntime:
             raise Unavailable(
                 f"model {self.name!r}: no answer within {self.serving.gateway.request_timeout_s} s"
             ) from None
+        t_done = time.perf_counter()
         latency = max(0.0, self.clock.now() - accepted_at)
         m.request_seconds.labels(self.name).observe(latency)
         m.stage_seconds.labels(self.name, "queued").observe(queued)
-        late = latency > self.m.slo_s
+        late = latency > self.model.slo_s
         if late:
             m.slo_violations.labels(self.name).inc()
         with self._totals_lock:
             self.totals["requests"] += 1
             self.totals["slo_violations"] += int(late)
+        times = (queued, parse_s, t_submit - t_parsed, info["closed_at"] - t_submit)
         info = {
             **info,
             "latency_ms": latency * 1e3,
             "queued_ms": queued * 1e3,
             "arrival_s": arrival,
+            "breakdown_ms": breakdown_ms(latency, *times, t_done - info["closed_at"], info),
         }
         # only the outputs the client asked for; binary ones as binary tensor data
         response = InferResponse(
@@ -395,8 +354,8 @@ class ModelRuntime:
                 self.fetcher,
                 targets,
                 self.plan.config.num_layers,
-                self.m.recompute_budget,
-                self.m.recompute_policy,
+                self.model.recompute_budget,
+                self.model.recompute_policy,
                 overlay=overlay,
             )
         return self.fetcher.fetch(
@@ -440,164 +399,17 @@ class ModelRuntime:
     def _embeddings_reader(self):
         return None if self.embeddings is None else self.embeddings.rows
 
-    def _on_close(self, closed: ClosedBuffer) -> None:
-        self.metrics.buffers_closed.labels(self.name, closed.reason).inc()
-        self.metrics.sharing_degree.labels(self.name).observe(closed.sharing_degree)
-        pendings = [r.payload for r in closed.requests]
-        info = {
-            "buffer_id": closed.buffer_id,
-            "buffer_requests": len(pendings),
-            "sharing_degree": closed.sharing_degree,
-        }
-        if self.m.mode == "graph_sharing":
-            trace = request_id.for_execution(p.trace for p in pendings)
-            self.executor.submit(request_id.traced(trace, self._run_merged), pendings, info)
-        else:
-            self.executor.submit(self._run_separately, pendings, info)
-
-    def _finish(self, pending: InferenceJob, h: np.ndarray, rows: np.ndarray, info: dict) -> None:
-        try:
-            outputs = self._heads(pending.request, h, rows)
-            wait = info.get("closed_at", time.perf_counter()) - pending.arrival
-            pending.future.set_result((outputs, {**info, "buffer_wait_ms": max(wait, 0) * 1e3}))
-        except BaseException as exc:  # noqa: BLE001 - delivered to the waiting request
-            pending.future.set_exception(exc)
-
-    def _run_merged(self, pendings: list[InferenceJob], info: dict) -> None:
-        closed_at = time.perf_counter()
-        try:
-            with self.metrics.stage(self.name, "merge"):
-                graph, request_rows, separate_rows = self._merge(pendings)
-            predicted = [p.predicted_rows for p in pendings]
-            total = None if None in predicted else float(sum(predicted))
-            with self.metrics.stage(self.name, "execute"):
-                h, stats = self.orchestrator.run(
-                    graph, embeddings=self._embeddings_reader(), predicted_rows=total
-                )
-        except BaseException as exc:  # noqa: BLE001
-            for p in pendings:
-                p.future.set_exception(exc)
-            return
-        self._count_rows(stats.aggregated_rows)
-        info = {
-            **info,
-            "execution": uuid.uuid4().hex,
-            "closed_at": closed_at,
-            "aggregated_rows": stats.aggregated_rows,
-            "separate_rows": separate_rows,
-            "partitions": stats.partitions,
-            "predicted_rows": total,
-            "update_device": stats.device,
-            **stage_ms(stats),
-        }
-        for p, rows in zip(pendings, request_rows):
-            self._finish(p, h, rows, info)
-
-    def _run_separately(self, pendings: list[InferenceJob], info: dict | None) -> None:
-        """Each request on its own (no_sharing, request_centric). The runs go to
-        their own executor: waiting on them from this one could deadlock it."""
-        closed_at = time.perf_counter()
-        for p in pendings:
-            run = request_id.traced(p.trace, self._run_one)
-            self.request_executor.submit(run, p, dict(info or {}), closed_at)
-
-    def _run_one(self, p: InferenceJob, info: dict, closed_at: float) -> None:
-        try:
-            with self.metrics.stage(self.name, "execute"):
-                h, stats = self.orchestrator.run(
-                    p.cg,
-                    overlay=p.overlay,
-                    embeddings=self._embeddings_reader(),
-                    predicted_rows=p.predicted_rows,
-                )
-        except BaseException as exc:  # noqa: BLE001 - delivered to the waiting request
-            p.future.set_exception(exc)
-            return
-        self._count_rows(stats.aggregated_rows)
-        info = {
-            **info,
-            "execution": uuid.uuid4().hex,
-            "closed_at": closed_at,
-            "aggregated_rows": stats.aggregated_rows,
-            "predicted_rows": p.predicted_rows,
-            "update_device": stats.device,
-            **stage_ms(stats),
-        }
-        self._finish(p, h, p.cg.target_index, info)
-
     def _count_rows(self, rows: int) -> None:
         self.metrics.aggregated_rows.labels(self.name).inc(rows)
         with self._totals_lock:
             self.totals["aggregated_rows"] += rows
 
-    def _heads(self, req: InferenceRequest, h: np.ndarray, rows: np.ndarray) -> dict:
-        """Outputs for one request from the rows of its unique targets.
-
-        ``rows[i]`` is the row of the request's i-th unique target (``req.targets``
-        order). Vertex requests get scores per requested vertex; edge requests a
-        score per pair; graph requests one readout per graph id.
-        """
-        emb = h[rows]
-        order = np.searchsorted(req.targets, req.vertices)
-        if req.kind == "vertex":
-            scores = emb[order]
-            if self.model_config.task != "vertex":  # embeddings, not class scores
-                return {"embeddings": scores}
-            return {"scores": scores, "predictions": scores.argmax(axis=1)}
-        if req.kind == "edge":
-            u = emb[np.searchsorted(req.targets, req.pairs[:, 0])]
-            v = emb[np.searchsorted(req.targets, req.pairs[:, 1])]
-            return {"scores": self.orchestrator.head("edge", h_u=u, h_v=v)}
-        readout = self.orchestrator.head("graph", h=emb[order], segments=req.graph_ids)
-        return {"readout": readout}
-
     # -- status ------------------------------------------------------------------
     def status(self) -> dict:
-        return {
-            "model": self.name,
-            "graph": self.m.graph,
-            "mode": self.m.mode,
-            "ready": self.ready(),
-            "totals": dict(self.totals),
-            "admission": self.admission.as_dict(),
-            "buffers": self.buffers.snapshot() if self.buffers is not None else [],
-            "buffer_stats": self.buffers.stats if self.buffers is not None else {},
-            "memory_pool": {**self.memory_pool.snapshot(), "stats": self.memory_pool.stats},
-            "compute_pool": {**self.compute_pool.snapshot(), "stats": self.compute_pool.stats},
-            "gateway_fetch": self.fetcher.stats.as_dict(),
-            "caches": self._cache_stats(),
-            "functions": self.function_rows(),
-        }
+        return model_status(self)
 
     def function_rows(self) -> list[dict]:
-        """Per function: desired, actual and ready replicas and the ready revision
-        (as the platform reports them), calls in flight and queue length (the
-        gateway's pool: busy instances, items queued on instances or pending)."""
-        rows = []
-        for pool in (self.memory_pool, self.compute_pool):
-            snap = pool.snapshot()
-            try:
-                row = dict(self.platform.replicas(pool.name))
-            except Exception as exc:  # a platform API down must not break status
-                row = {"function": pool.name, "error": str(exc)}
-            row["in_flight"] = sum(1 for i in snap["instances"] if i["state"] == "busy")
-            row["queue_length"] = sum(snap["queues"].values()) + snap["pending"]
-            rows.append(row)
-        return rows
-
-    def _cache_stats(self) -> list[dict]:
-        """Each warm memory instance's own figures (cache hit rate, bytes read)."""
-        out = []
-        for inst in self.memory_pool.instances():
-            try:
-                st = self.orchestrator.clients.memory(inst.url).stats()
-            except Exception as exc:  # an instance going away must not break status
-                out.append({"instance": inst.id, "error": str(exc)})
-                continue
-            out.append(
-                {"instance": inst.id, **st.get("cache", {}), "bytes_read": st.get("bytes_read")}
-            )
-        return out
+        return function_rows(self)
 
 
 class DataPlane:
@@ -671,7 +483,7 @@ class DataPlane:
         """What the gateway read from the store (k-hop vertex sets), per backend."""
         backend = backend_name(self.serving.store)
         yield from storage_families(
-            (backend, rt.m.graph, rt.fetcher.stats) for rt in self.models.values()
+            (backend, rt.model.graph, rt.fetcher.stats) for rt in self.models.values()
         )
 
     def _replica_gauges(self):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gnn_faas.functions.client import ComputeClient, MemoryClient
+from gnn_faas.functions.client import CallTiming, ComputeClient, MemoryClient
 from gnn_faas.functions.layer_plan import LayerStep, ModelPlan
 from gnn_faas.scheduler.partitioner import partition_layer
 from gnn_faas.storage.computation_graph import Block, ComputationGraph
@@ -57,6 +57,9 @@ class RunStats:
     update_seconds: float = 0.0
     wall_seconds: float = 0.0
     device: str = "cpu"  # where Update ran (see Orchestrator.compute_pool_for)
+    # per kind of function call (aggregate, update, features, pre): calls and
+    # seconds of transport, (de)serialisation and work (CallTiming), summed
+    calls: dict[str, list[float]] = field(default_factory=dict)
     # partitions finish on pool threads at once: their figures add up under a lock
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -65,14 +68,45 @@ class RunStats:
             for name, amount in amounts.items():
                 setattr(self, name, getattr(self, name) + amount)
 
+    def add_call(self, kind: str, timing: CallTiming | None) -> None:
+        if timing is None:
+            return
+        with self._lock:
+            row = self.calls.setdefault(kind, [0, 0.0, 0.0, 0.0])
+            row[0] += 1
+            row[1] += timing.transport
+            row[2] += timing.serde
+            row[3] += timing.work
+
+    def calls_ms(self) -> dict[str, dict[str, float]]:
+        """Per kind of call: ``calls``, ``transport_ms``, ``serde_ms``, ``work_ms``."""
+        return {
+            kind: {
+                "calls": int(n),
+                "transport_ms": t * 1e3,
+                "serde_ms": s * 1e3,
+                "work_ms": w * 1e3,
+            }
+            for kind, (n, t, s, w) in self.calls.items()
+        }
+
     def as_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
 
-class ClientCache:
-    """One HTTP client (keep-alive session) per function instance URL."""
+def call_timing(client) -> CallTiming | None:
+    """The client's last call's timing (None for a client that keeps none)."""
+    last = getattr(client, "last_timing", None)
+    return last() if last is not None else None
 
-    def __init__(self):
+
+class ClientCache:
+    """One HTTP client (keep-alive session) per function instance URL, its
+    connection pool sized to ``pool_size`` (the threads that may call one URL
+    at once: a platform's URL may front several replicas)."""
+
+    def __init__(self, pool_size: int = 10):
+        self.pool_size = int(pool_size)
         self._memory: dict[str, MemoryClient] = {}
         self._compute: dict[str, ComputeClient] = {}
         self._lock = threading.Lock()
@@ -80,13 +114,13 @@ class ClientCache:
     def memory(self, url: str) -> MemoryClient:
         with self._lock:
             if url not in self._memory:
-                self._memory[url] = MemoryClient(url)
+                self._memory[url] = MemoryClient(url, pool_size=self.pool_size)
             return self._memory[url]
 
     def compute(self, url: str) -> ComputeClient:
         with self._lock:
             if url not in self._compute:
-                self._compute[url] = ComputeClient(url)
+                self._compute[url] = ComputeClient(url, pool_size=self.pool_size)
             return self._compute[url]
 
 
@@ -224,6 +258,7 @@ class Orchestrator:
                 return_root=step.return_root,
             )
             stats.add(aggregate_seconds=time.perf_counter() - t0)
+            stats.add_call("aggregate", call_timing(client))
             return out
 
         def update(out: dict[str, np.ndarray]) -> Future:
@@ -234,6 +269,7 @@ class Orchestrator:
                 t0 = time.perf_counter()
                 res = client.post(step.layer, agg, root)
                 stats.add(update_seconds=time.perf_counter() - t0)
+                stats.add_call("update", call_timing(client))
                 return res
 
             return self._compute(post, pool)

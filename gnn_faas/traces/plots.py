@@ -125,3 +125,27 @@ def cost_per_policy(path: Path, dollars: dict[str, dict[str, float]]) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def frontier(path: Path, points: list[dict], baselines: dict[str, dict]) -> None:
+    """Mean latency against GB-s per request: gnn_faas's points (one per buffer
+    objective, joined in sweep order) beside each baseline's point."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    x = [p["gb_s_per_request"] for p in points]
+    y = [p["mean_ms"] for p in points]
+    ax.plot(x, y, "o-", color="tab:blue", label="gnn_faas")
+    for p in points:
+        ax.annotate(p["label"], (p["gb_s_per_request"], p["mean_ms"]), fontsize=7,
+                    xytext=(4, 4), textcoords="offset points")  # fmt: skip
+    for i, (name, b) in enumerate(sorted(baselines.items())):
+        ax.plot([b["gb_s_per_request"]], [b["mean_ms"]], "s", color=f"C{i + 1}", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("GB-s per request")
+    ax.set_ylabel("mean latency (ms)")
+    ax.set_title("Cost against latency: gnn_faas's objectives and the baselines")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

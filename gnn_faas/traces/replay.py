@@ -81,6 +81,7 @@ class ReplayResult:
             "errors": self.errors,
             "p50_ms": float(np.percentile(lat, 50) * 1e3),
             "p99_ms": float(np.percentile(lat, 99) * 1e3),
+            "mean_ms": float(lat.mean() * 1e3),
             "max_ms": float(lat.max() * 1e3),
             "slo_violations": int((lat > slo_s).sum()) + self.errors,
         }

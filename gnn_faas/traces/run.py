@@ -14,8 +14,8 @@ import numpy as np
 from gnn_faas.config import BufferSettings, ModelServingConfig, ServingConfig
 from gnn_faas.errors import InvalidRequest, NotFound
 from gnn_faas.gateway.buffer_pool import BufferConfig
-from gnn_faas.gateway.function_pool import LoadAwarePolicy
 from gnn_faas.gateway.timeout_configurator import load_configurator
+from gnn_faas.scheduler.function_pool import LoadAwarePolicy
 from gnn_faas.storage.datasets import ensure_dataset
 from gnn_faas.storage.format import open_graph
 from gnn_faas.traces import plots
@@ -65,6 +65,21 @@ def setup_simulation(
     )
 
 
+def buffer_settings(args: argparse.Namespace) -> Any:
+    """The ``buffers`` settings with the command line's ``--objective`` and
+    ``--latency-slack`` (when given)."""
+    import dataclasses
+
+    from gnn_faas.config import BufferSettings
+
+    b = BufferSettings()
+    if getattr(args, "objective", None) is not None:
+        b = dataclasses.replace(b, objective=args.objective)
+    if getattr(args, "latency_slack", None) is not None:
+        b = dataclasses.replace(b, latency_slack=args.latency_slack)
+    return b
+
+
 def progress_bar(total: int, enabled: bool, desc: str):
     if not enabled:
         return None, lambda: None
@@ -80,6 +95,71 @@ def progress_bar(total: int, enabled: bool, desc: str):
     return update, bar.close
 
 
+FRONTIER = (
+    ("cost", "cost", 0.1),
+    ("slack 1.0", "balanced", 1.0),
+    ("slack 0.5", "balanced", 0.5),
+    ("slack 0.3", "balanced", 0.3),
+    ("balanced", "balanced", 0.1),
+    ("latency", "latency", 0.0),
+)  # (label, objective, latency_slack) from cheapest to fastest
+
+
+def frontier_point(label: str, objective: str, slack: float, summary: dict) -> dict:
+    keys = ("mean_ms", "p50_ms", "p99_ms", "gb_s_per_request", "slo_violations")
+    point = {k: summary[k] for k in keys if k in summary}
+    return {"label": label, "objective": objective, "latency_slack": slack, **point}
+
+
+def simulate_frontier(trace_name: str, args: argparse.Namespace) -> dict:
+    """gnn_faas under each objective of :data:`FRONTIER` and every other policy
+    once, on the same stream: JSON points, and with ``--out`` a PNG."""
+    import dataclasses
+
+    from gnn_faas.traces.calibration import Calibration
+    from gnn_faas.traces.cost import load_prices
+    from gnn_faas.traces.plots import frontier
+    from gnn_faas.traces.simulator import parse_policies, simulate
+    from gnn_faas.traces.sources import load_trace
+
+    t0 = time.perf_counter()
+    prices = load_prices(args.prices)
+    cal = (
+        Calibration.load(args.calibration) if args.calibration else Calibration.bundled(args.graph)
+    )
+    trace = load_trace(trace_name, args)
+    graph, _ = open_prepared_graph(args.graph, args.store)
+    setup = setup_simulation(trace, graph, cal, args.slo, workers=args.workers)
+    slo = setup.buffer_config.slo_s
+
+    def summary(run) -> dict:
+        return run.after(trace.warmup_s).summary(slo, prices, trace.measured_s)
+
+    others = [p for p in parse_policies(args.policies) if p != "gnn_faas"]
+    baselines = {n: summary(r) for n, r in simulate(setup, others).items()}
+    points = []
+    for label, objective, slack in FRONTIER:
+        bc = dataclasses.replace(setup.buffer_config, objective=objective, latency_slack=slack)
+        run = simulate(dataclasses.replace(setup, buffer_config=bc), ["gnn_faas"])["gnn_faas"]
+        points.append(frontier_point(label, objective, slack, summary(run)))
+    keys = ("mean_ms", "p50_ms", "p99_ms", "gb_s_per_request", "slo_violations")
+    result = {
+        "wall_s": time.perf_counter() - t0,
+        "trace": trace_name,
+        "graph": args.graph,
+        "requests": trace.measured_requests,
+        "slo_s": slo,
+        "gnn_faas": points,
+        "baselines": {n: {k: s[k] for k in keys} for n, s in baselines.items()},
+    }
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        frontier(out / "frontier.png", points, result["baselines"])
+        result["png"] = str(out / "frontier.png")
+    return result
+
+
 def simulate_trace(trace_name: str, args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
     policies = parse_policies(args.policies)
@@ -89,7 +169,9 @@ def simulate_trace(trace_name: str, args: argparse.Namespace) -> dict:
     )
     trace = load_trace(trace_name, args)
     graph, _ = open_prepared_graph(args.graph, args.store)
-    setup = setup_simulation(trace, graph, cal, args.slo, workers=args.workers)
+    setup = setup_simulation(
+        trace, graph, cal, args.slo, buffer_settings=buffer_settings(args), workers=args.workers
+    )
     update, close = progress_bar(trace.requests, not args.no_progress and not args.json, "gnn_faas")
     runs = simulate(setup, policies, update)
     close()

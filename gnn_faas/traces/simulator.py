@@ -12,7 +12,7 @@ the fit, cold starts, memory sizes). Policies:
   configurator and the global optimiser, exactly what ``MultiBufferPool``
   runs when serving); each closed buffer is one execution of ``T(|U_b|)``
   seconds (``U_b``: the union of its requests' k-hop sets) dispatched by the
-  gateway's :class:`~gnn_faas.gateway.function_pool.LoadAwarePolicy` over
+  gateway's :class:`~gnn_faas.scheduler.function_pool.LoadAwarePolicy` over
   a memory pool and a compute pool in series that scale apart, as the
   gateway's do (:mod:`gnn_faas.traces.tandem`; memory+compute pairs with a
   calibration that has no ``memory_share``), with cold starts and keep-alive;
@@ -50,9 +50,10 @@ from gnn_faas.clock import FakeClock
 from gnn_faas.errors import InvalidRequest
 from gnn_faas.gateway.buffer import PendingRequest
 from gnn_faas.gateway.buffer_pool import BufferConfig, BufferPoolState
-from gnn_faas.gateway.function_pool import IDLE, LoadAwarePolicy, Run
+from gnn_faas.scheduler.function_pool import IDLE, LoadAwarePolicy, Run
 from gnn_faas.traces.calibration import Calibration
 from gnn_faas.traces.cost import Price, dollars
+from gnn_faas.traces.gateway_sim import run_gateway
 from gnn_faas.traces.instance_pool import PoolRun, run_pool
 from gnn_faas.traces.request_stream import RequestStream
 from gnn_faas.traces.tandem import TandemRun, run_tandem
@@ -397,22 +398,24 @@ class SimulationSetup:
 def _finish(
     name: str,
     setup: SimulationSetup,
-    pool: PoolRun,
-    request_exec: np.ndarray | None,
-    inst_mb: float,
-    inst_vcpus: float,
+    pool: PoolRun | TandemRun,
     billing: tuple[tuple[float, float], ...],
     *,
+    request_exec: np.ndarray | None = None,
     serverful: bool = False,
     buffer_wait: np.ndarray | None = None,
     sharing: np.ndarray | None = None,
     extra: dict | None = None,
 ) -> PolicyRun:
-    """The policy's run from its pool(s). A :class:`TandemRun` has a memory and a
-    compute pool: its invocations are the stages (``inv_fn`` 0 and 1, billed as
-    ``billing[0]`` and ``billing[1]``), its instances both pools' at their own
-    sizes; a :class:`PoolRun` is one pool of ``inst_mb`` instances, each
-    execution billed once per ``billing`` function."""
+    """The policy's run from its pool(s). ``billing``: per function, (memory
+    MB, vCPUs). A :class:`TandemRun` has a memory and a compute pool: its
+    invocations are the stages (``inv_fn`` 0 and 1, billed as ``billing[0]``
+    and ``billing[1]``), its instances both pools' at their own sizes; a
+    :class:`PoolRun` is one pool whose instances hold every function (their
+    memory and vCPUs summed), each execution billed once per function.
+    ``request_exec``: each request's execution (default: its own)."""
+    inst_mb = float(sum(mb for mb, _ in billing))
+    inst_vcpus = float(sum(v for _, v in billing))
     arr = setup.stream.arrivals
     idx = request_exec if request_exec is not None else np.arange(arr.size)
     done = pool.end[idx]
@@ -580,6 +583,13 @@ def start_buffer_pass(
 def simulate_gnn_faas(
     setup: SimulationSetup, progress=None, started: Callable[[], BufferPass] | None = None
 ) -> PolicyRun:
+    """The gateway's buffers and pools. Under a work-conserving objective the
+    buffers and pools run in one loop (:mod:`gnn_faas.traces.gateway_sim`:
+    an execution's end releases the backlog); under ``cost`` the buffers do
+    not depend on the pools, so their pass runs first (forked over slices of
+    the stream for long traces) and the pools after."""
+    if setup.buffer_config.objective != "cost":
+        return _gnn_faas_coupled(setup, progress)
     cal, s = setup.calibration, setup.stream
     if started is None:
         started = start_buffer_pass(s, setup.buffer_config, setup.configurator,
@@ -605,19 +615,47 @@ def simulate_gnn_faas(
         "buffer_close_reasons": bp.reasons,
         "aggregated_rows_per_request": float(rows.sum() / max(s.arrivals.size, 1)),
         "workers": setup.workers,
+        "objective": "cost",
     }
     return _finish(
-        "gnn_faas",
-        setup,
-        pool,
-        rank[exec_of],
-        cal.pair_mb,
-        cal.pair_vcpus,
-        ((cal.memory_function_mb, cal.memory_vcpus), (cal.compute_function_mb, cal.compute_vcpus)),
-        buffer_wait=bp.close - s.arrivals,
-        sharing=bp.sharing,
-        extra=extra,
+        "gnn_faas", setup, pool, _stage_billing(cal), request_exec=rank[exec_of],
+        buffer_wait=bp.close - s.arrivals, sharing=bp.sharing, extra=extra,
+    )  # fmt: skip
+
+
+def _stage_billing(cal: Calibration) -> tuple[tuple[float, float], ...]:
+    return (
+        (cal.memory_function_mb, cal.memory_vcpus),
+        (cal.compute_function_mb, cal.compute_vcpus),
     )
+
+
+def _gnn_faas_coupled(setup: SimulationSetup, progress=None) -> PolicyRun:
+    cal, s = setup.calibration, setup.stream
+    state = BufferPoolState(setup.buffer_config, setup.num_nodes)
+    state.set_capacity(cal.max_instances, 0.0)  # the gateway's: the memory pool's cap
+
+    def decide(b, st, now):  # the configurator the gateway would call
+        return int(setup.configurator.decide(st))
+
+    run = run_gateway(s, cal, state, decide, seed=setup.seed, end_s=setup.duration_s,
+                      progress=progress, policy_cls=setup.policy_cls)  # fmt: skip
+    members = np.bincount(run.execution, minlength=run.rows.size)
+    total = np.bincount(run.execution, weights=s.sizes, minlength=run.rows.size)
+    sharing = 1.0 - run.rows / np.maximum(total, 1)
+    extra = {
+        "buffers": int(run.rows.size),
+        "requests_per_buffer": s.arrivals.size / max(run.rows.size, 1),
+        "buffer_close_reasons": run.reasons,
+        "aggregated_rows_per_request": float(run.rows.sum() / max(s.arrivals.size, 1)),
+        "objective": setup.buffer_config.objective,
+        "gate": run.gate,
+        "max_requests_per_execution": int(members.max(initial=0)),
+    }
+    return _finish(
+        "gnn_faas", setup, run.pools, _stage_billing(cal), request_exec=run.execution,
+        buffer_wait=run.dispatched - s.arrivals, sharing=sharing[run.execution], extra=extra,
+    )  # fmt: skip
 
 
 def _pool_pass(
@@ -643,19 +681,14 @@ def _per_request(setup: SimulationSetup, mode: str, cold_s: float, **kw) -> Pool
 
 
 def simulate_faas_gnn(setup: SimulationSetup, progress=None) -> PolicyRun:
+    """Every request its own execution at its arrival, on the gateway's
+    load-aware pools (the loop ``gnn_faas`` runs, without buffers)."""
     cal = setup.calibration
-
-    def stage(r: np.ndarray, service: np.ndarray, cold_s: float) -> PoolRun:
-        return _pool_pass(setup, r, service, "load_aware", cold_s, max_instances=cal.max_instances)
-
-    service = cal.exec_s(setup.stream.sizes, seed=setup.seed)
-    pool = _function_pools(setup, stage, setup.stream.arrivals, service)
-    billing = (
-        (cal.memory_function_mb, cal.memory_vcpus),
-        (cal.compute_function_mb, cal.compute_vcpus),
-    )
+    run = run_gateway(setup.stream, cal, None, seed=setup.seed, end_s=setup.duration_s,
+                      policy_cls=setup.policy_cls)  # fmt: skip
     extra = {"aggregated_rows_per_request": float(setup.stream.sizes.mean())}
-    return _finish("faas_gnn", setup, pool, None, cal.pair_mb, cal.pair_vcpus, billing, extra=extra)
+    return _finish("faas_gnn", setup, run.pools, _stage_billing(cal),
+                   request_exec=run.execution, extra=extra)  # fmt: skip
 
 
 def simulate_request_centric(setup: SimulationSetup, progress=None) -> PolicyRun:
@@ -664,10 +697,7 @@ def simulate_request_centric(setup: SimulationSetup, progress=None) -> PolicyRun
     mem_mb = float(cal.request_mb(setup.stream.sizes.max()))  # sized for the largest request
     billing = ((mem_mb, cal.memory_vcpus), (cal.compute_function_mb, cal.compute_vcpus))
     extra = {"memory_function_mb": mem_mb}
-    return _finish(
-        "request_centric", setup, pool, None, mem_mb + cal.compute_function_mb, cal.pair_vcpus,
-        billing, extra=extra,
-    )  # fmt: skip
+    return _finish("request_centric", setup, pool, billing, extra=extra)
 
 
 def simulate_dgl_serverless(setup: SimulationSetup, progress=None) -> PolicyRun:
@@ -675,10 +705,7 @@ def simulate_dgl_serverless(setup: SimulationSetup, progress=None) -> PolicyRun:
     pool = _per_request(setup, "naive", cal.cold_start_s + cal.full_fetch_s)
     mem_mb = cal.full_graph_mb
     billing = ((mem_mb, cal.memory_vcpus), (cal.compute_function_mb, cal.compute_vcpus))
-    return _finish(
-        "dgl_serverless", setup, pool, None, mem_mb + cal.compute_function_mb, cal.pair_vcpus,
-        billing, extra={"memory_function_mb": mem_mb},
-    )  # fmt: skip
+    return _finish("dgl_serverless", setup, pool, billing, extra={"memory_function_mb": mem_mb})
 
 
 def serverful_plan(arrivals: np.ndarray, service: np.ndarray, duration_s: float) -> np.ndarray:
@@ -705,8 +732,8 @@ def simulate_serverful(setup: SimulationSetup, progress=None) -> PolicyRun:
     )
     mb = cal.full_graph_mb + cal.compute_function_mb
     return _finish(
-        "serverful", setup, pool, None, mb, cal.pair_vcpus, ((mb, cal.pair_vcpus),),
-        serverful=True, extra={"instance_mb": mb, "max_planned_instances": int(plan.max())},
+        "serverful", setup, pool, ((mb, cal.pair_vcpus),), serverful=True,
+        extra={"instance_mb": mb, "max_planned_instances": int(plan.max())},
     )  # fmt: skip
 
 
@@ -736,7 +763,7 @@ def simulate(
     out = {}
     started = None
     t_started = time.perf_counter()
-    if "gnn_faas" in policies and setup.workers > 1:
+    if "gnn_faas" in policies and setup.workers > 1 and setup.buffer_config.objective == "cost":
         # gnn_faas's buffer pass runs in forked workers while the others simulate
         started = start_buffer_pass(setup.stream, setup.buffer_config, setup.configurator,
                                     setup.num_nodes, setup.workers, progress)  # fmt: skip

@@ -1,6 +1,6 @@
 """Memory and compute functions as two pools in series, as the gateway runs them.
 
-The gateway keeps one :class:`~gnn_faas.gateway.function_pool.FunctionPool`
+The gateway keeps one :class:`~gnn_faas.scheduler.function_pool.FunctionPool`
 per function kind, and each scales on its own load: an execution holds a
 memory instance for its Aggregate calls and a compute instance for its Update
 calls, so a model whose Update is quick needs fewer compute instances than

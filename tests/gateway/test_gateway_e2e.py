@@ -27,6 +27,7 @@ from tests.pyg_reference import GCN, checkpoint_with_reference
 pytestmark = pytest.mark.slow
 RTOL, ATOL = 1e-4, 1e-5
 MODEL = "btc"
+OBJECTIVE_MODELS = {MODEL: "balanced", "btc-cost": "cost", "btc-latency": "latency"}
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +47,10 @@ def served(tmp_path_factory):
             "max_memory_instances": 2,
             "max_compute_instances": 2,
         },
+        # the default objective (balanced) and the two ends of the frontier
         "models": [
             {
-                "name": MODEL,
+                "name": name,
                 "graph": "bitcoin-otc",
                 "dataset": "bitcoin-otc",
                 "checkpoint": str(root / "ckpt"),
@@ -57,7 +59,9 @@ def served(tmp_path_factory):
                 # burst's requests land in shared buffers however slowly the machine
                 # sends them; answers and crash recovery do not depend on the SLO
                 "slo_s": 20.0,
+                "buffers": {"objective": objective},
             }
+            for name, objective in OBJECTIVE_MODELS.items()
         ],
     }
     with Stack(config, ready_timeout_s=120) as stack:
@@ -81,18 +85,21 @@ def output(resp: requests.Response, name: str) -> np.ndarray:
     raise KeyError(name)
 
 
-def burst(url: str, batches: list[list[int]]) -> list[requests.Response]:
+def burst(url: str, batches: list[list[int]], model: str = MODEL) -> list[requests.Response]:
     with ThreadPoolExecutor(max_workers=len(batches)) as pool:
-        return list(pool.map(lambda t: infer(url, vertex_request(t)), batches))
+        return list(pool.map(lambda t: infer(url, vertex_request(t), model), batches))
 
 
-def test_burst_of_overlapping_requests_equals_pyg(served):
+@pytest.mark.parametrize("model", list(OBJECTIVE_MODELS))
+def test_burst_of_overlapping_requests_equals_pyg(served, model):
+    """Under every buffer objective the answers equal PyG's and a burst shares
+    work (the work-conserving ones merge the backlog behind the first request)."""
     stack, reference, graph = served
     order = graph.read_blob("request_order")
     # consecutive users of the real request order, in pairs: neighbourhoods overlap
     batches = [order[i : i + 2].tolist() for i in range(0, 48, 2)]
     batches[3] = batches[3] + batches[3][:1]  # a repeated vertex comes back twice
-    responses = burst(stack.url, batches)
+    responses = burst(stack.url, batches, model)
     for targets, resp in zip(batches, responses):
         assert resp.status_code == 200, resp.text
         np.testing.assert_allclose(output(resp, "scores"), reference[targets], RTOL, ATOL)
@@ -104,6 +111,17 @@ def test_burst_of_overlapping_requests_equals_pyg(served):
     assert shared, "no buffer held more than one request"
     assert all(p["aggregated_rows"] < p["separate_rows"] for p in shared if p["sharing_degree"] > 0)
     assert max(p["sharing_degree"] for p in params) > 0
+    # where each answer's time went: the steps (``other`` the remainder) cover its
+    # latency, and every execution called the memory and compute functions (two layers)
+    for p in params:
+        b = p["breakdown_ms"]
+        steps = ("queued", "parse", "khop", "buffer", "execute", "other")
+        assert all(b[k] >= 0 for k in steps)
+        assert sum(b[k] for k in steps) >= p["latency_ms"] - 1e-6
+        assert b["execute"] > 0
+        for kind in ("aggregate", "update"):
+            assert b[kind]["calls"] >= 2
+            assert min(b[kind][k] for k in ("transport_ms", "serde_ms", "work_ms")) >= 0
 
 
 def test_edge_and_graph_requests_to_a_vertex_model_are_400(served):
@@ -166,7 +184,7 @@ def test_health_metadata_and_metrics(served):
     meta = requests.get(f"{stack.url}/v2/models/{MODEL}", timeout=5).json()
     assert meta["name"] == MODEL and meta["parameters"]["num_nodes"] == graph.num_nodes
     names = [m["name"] for m in requests.get(f"{stack.url}/v2/models", timeout=5).json()["models"]]
-    assert names == [MODEL]
+    assert names == list(OBJECTIVE_MODELS)
     infer(stack.url, vertex_request([1]))
     text = requests.get(f"{stack.url}/metrics", timeout=5).text
     for series in (

@@ -25,7 +25,7 @@ from werkzeug.serving import make_server
 from gnn_faas.clock import RealClock
 from gnn_faas.config import OpenFaaSSettings
 from gnn_faas.errors import NotFound, Unavailable
-from gnn_faas.gateway.function_pool import FunctionPool
+from gnn_faas.scheduler.function_pool import FunctionPool
 from gnn_faas.scheduler.platform import open_platform
 from gnn_faas.scheduler.platform.base import FunctionSpec
 from gnn_faas.scheduler.platform.openfaas import OpenFaaSPlatform

@@ -9,6 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from gnn_faas.config import BufferSettings
 from gnn_faas.traces.calibration import Calibration
 from gnn_faas.traces.cost import load_prices
 from gnn_faas.traces.instance_pool import run_pool
@@ -43,8 +44,13 @@ def test_stages_in_series_and_pools_scale_apart():
 
 @pytest.fixture(scope="module")
 def setup(bitcoin_graph):
+    """The ``cost`` objective: its buffers do not depend on the pools, so the
+    tandem and the pairs run the same executions."""
     trace = load_day(seed=0).window(36_000.0, 60.0)
-    return setup_simulation(trace, bitcoin_graph, Calibration.bundled("bitcoin-otc"))
+    cost = BufferSettings(objective="cost")
+    return setup_simulation(
+        trace, bitcoin_graph, Calibration.bundled("bitcoin-otc"), buffer_settings=cost
+    )
 
 
 @pytest.mark.parametrize("name", ["gnn_faas", "faas_gnn"])

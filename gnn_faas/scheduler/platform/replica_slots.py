@@ -2,7 +2,7 @@
 gateway holds *dispatch slots* on the replicas it observes.
 
 On the local platform an instance is a process the gateway started, and the
-load-aware queue (gateway/function_pool.py) gives it one work item at a
+load-aware queue (scheduler/function_pool.py) gives it one work item at a
 time. On Knative or OpenFaaS the gateway neither starts nor addresses pods:
 it calls the function's URL and the platform's router picks a replica. What
 the gateway can still decide is how many calls it lets through, so here an

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from gnn_faas.clock import FakeClock
 from gnn_faas.errors import InvalidRequest, Unavailable
-from gnn_faas.gateway.function_pool import (
+from gnn_faas.scheduler.function_pool import (
     BUSY,
     IDLE,
     FunctionPool,

@@ -1,0 +1,56 @@
+"""What ``gnn-faas status`` and ``/metrics`` show of one served model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def model_status(rt: Any) -> dict:
+    """A :class:`~gnn_faas.gateway.data_plane.ModelRuntime`'s status: totals,
+    admission, buffers (and the work-conserving gate), pools, caches, functions."""
+    buffers = rt.buffers
+    return {
+        "model": rt.name,
+        "graph": rt.model.graph,
+        "mode": rt.model.mode,
+        "ready": rt.ready(),
+        "totals": dict(rt.totals),
+        "admission": rt.admission.as_dict(),
+        "buffers": buffers.snapshot() if buffers is not None else [],
+        "buffer_stats": buffers.stats if buffers is not None else {},
+        "memory_pool": {**rt.memory_pool.snapshot(), "stats": rt.memory_pool.stats},
+        "compute_pool": {**rt.compute_pool.snapshot(), "stats": rt.compute_pool.stats},
+        "gateway_fetch": rt.fetcher.stats.as_dict(),
+        "caches": cache_stats(rt),
+        "functions": function_rows(rt),
+    }
+
+
+def function_rows(rt: Any) -> list[dict]:
+    """Per function: desired, actual and ready replicas and the ready revision
+    (as the platform reports them), calls in flight and queue length (the
+    gateway's pool: busy instances, items queued on instances or pending)."""
+    rows = []
+    for pool in (rt.memory_pool, rt.compute_pool):
+        snap = pool.snapshot()
+        try:
+            row = dict(rt.platform.replicas(pool.name))
+        except Exception as exc:  # a platform API down must not break status
+            row = {"function": pool.name, "error": str(exc)}
+        row["in_flight"] = sum(1 for i in snap["instances"] if i["state"] == "busy")
+        row["queue_length"] = sum(snap["queues"].values()) + snap["pending"]
+        rows.append(row)
+    return rows
+
+
+def cache_stats(rt: Any) -> list[dict]:
+    """Each warm memory instance's own figures (cache hit rate, bytes read)."""
+    out = []
+    for inst in rt.memory_pool.instances():
+        try:
+            st = rt.orchestrator.clients.memory(inst.url).stats()
+        except Exception as exc:  # an instance going away must not break status
+            out.append({"instance": inst.id, "error": str(exc)})
+            continue
+        out.append({"instance": inst.id, **st.get("cache", {}), "bytes_read": st.get("bytes_read")})
+    return out

@@ -1,0 +1,179 @@
+"""Work-conserving graph sharing: when a buffer may hold its requests.
+
+Sharing should come from the backlog that exists anyway (requests that arrive
+while the running executions are busy), as a dynamic batcher's does, not from
+holding requests up to the SLO. The gate counts ``F``, executions dispatched and
+not finished, against a concurrency target ``C`` (``1 <= C <= C_max``, ``C_max``
+the function pool's most instances, which the caller reports); ``free = ⌊C⌋ − F``.
+Per model, ``objective``:
+
+- ``cost``: the gate is off; the decision-tree timeouts decide (minimise GB-s
+  subject to p99 <= SLO: requests wait whenever waiting is free under the SLO).
+- ``latency``: never wait beyond the backlog: ``C = C_max`` and no wait for
+  company, so a request waits in a buffer only while ``C_max`` executions run.
+- ``balanced`` (default): minimise GB-s subject to p99 <= SLO and
+
+      mean latency <= (1 + s)·L₁                       (s = ``latency_slack``)
+
+  ``L₁`` is the mean latency the no-sharing policy would have at this load,
+  estimated as the execution time of one request: a line ``d = α + β·k``
+  fitted to the measured executions (``d`` seconds from dispatch to answer,
+  ``k`` requests merged; exponentially weighted least squares), ``L₁ = α + β``.
+  Without sharing, a request that finds an idle instance takes one execution.
+
+A buffer in a gated pool closes (its batch is dispatched):
+
+1. at once when ``free > 0``, unless company is worth waiting for: with ``λ``
+   the arrival rate and ``W = s·L₁/2`` (half the slack), it waits until
+   ``opened + W`` only when ``λ·W >= 1`` (at least one arrival expected then);
+2. while ``free <= 0`` it holds, accumulating every request that arrives (the
+   router joins them to it, by sharing degree), and closes the moment an
+   execution finishes: the backlog runs as one batch on the instance that
+   freed, instead of one instance launching per request.
+
+``C`` is what trades cost for latency: fewer executions at once mean fewer
+instances alive (the pool's extra ones idle out at their keep-alive) and more
+sharing, but a longer backlog wait. After every execution
+
+      C ← clip(C + G·(m − (1 + s)·L₁) / L₁, 1, C_max)          (G = ``GAIN``)
+
+with ``m`` the EWMA of the requests' measured latency (buffer wait plus
+execution): above the bound ``C`` rises and the load-aware pool launches
+instances for the extra executions; below it ``C`` falls and requests share.
+
+The SLO cap and ``Tmax`` of :mod:`gnn_faas.gateway.buffer` still bound every
+buffer, and ``max_requests_per_buffer`` closes a full one, so the gate never
+holds a request past its SLO. The live gateway and ``gnn-faas simulate`` run
+this class through :class:`~gnn_faas.gateway.buffer_pool.BufferPoolState`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gnn_faas.choices import OBJECTIVES
+
+EWMA_WEIGHT = 0.02  # per request (an execution of k requests weighs 1 − (1 − w)^k)
+GAIN = 0.05  # change of C per execution at a mean latency one L₁ off the bound
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A model's buffer objective (see the module docstring)."""
+
+    name: str = "balanced"
+    latency_slack: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.name not in OBJECTIVES:
+            raise ValueError(f"buffers.objective must be one of {OBJECTIVES}, not {self.name!r}")
+        if not (self.latency_slack >= 0 and math.isfinite(self.latency_slack)):
+            raise ValueError("buffers.latency_slack must be a finite number >= 0")
+
+    @property
+    def slack(self) -> float:
+        """``s``: 0 for ``latency`` whatever was configured."""
+        return 0.0 if self.name == "latency" else self.latency_slack
+
+
+class WorkConservingGate:
+    """The rule of the module docstring as plain state driven by explicit
+    events (not thread-safe: the buffer pool's lock guards it)."""
+
+    def __init__(self, objective: Objective, exec_estimate_s: float):
+        self.objective = objective
+        self.max_concurrency: int | None = None  # C_max; unknown: the gate is off
+        self.concurrency = 1.0  # C
+        self.in_flight = 0  # F
+        self.fit = _LineFit(float(exec_estimate_s))  # d = α + β·k
+        self.latency_s = float(exec_estimate_s)  # m
+        self.executions = 0
+
+    @property
+    def active(self) -> bool:
+        return self.max_concurrency is not None and self.objective.name != "cost"
+
+    def set_max_concurrency(self, n: int) -> None:
+        self.max_concurrency = max(int(n), 1)
+        if self.objective.name == "latency":
+            self.concurrency = float(self.max_concurrency)
+        self.concurrency = min(self.concurrency, float(self.max_concurrency))
+
+    @property
+    def free(self) -> int:
+        return int(self.concurrency) - self.in_flight
+
+    @property
+    def single_s(self) -> float:
+        """``L₁``: the fitted execution time of one request."""
+        return self.fit.at(1.0)
+
+    @property
+    def bound_s(self) -> float:
+        """``(1 + s)·L₁``: the balanced objective's mean-latency bound."""
+        return (1.0 + self.objective.slack) * self.single_s
+
+    def company_wait_s(self, arrival_rate: float) -> float:
+        """``W`` when company is worth waiting for (``λ·W >= 1``), else 0."""
+        w = 0.5 * self.objective.slack * self.single_s
+        return w if arrival_rate * w >= 1.0 else 0.0
+
+    def close_at(self, opened_at: float, arrival_rate: float) -> float:
+        """When a buffer opened at ``opened_at`` closes under the gate: rule 1
+        while an execution may start, else never by itself (rule 2: an
+        execution's end releases it; the buffer's SLO cap and Tmax still hold)."""
+        if self.free > 0:
+            return opened_at + self.company_wait_s(arrival_rate)
+        return math.inf
+
+    def dispatched(self) -> None:
+        self.in_flight += 1
+
+    def finished(self, duration_s: float, requests: int, mean_wait_s: float) -> None:
+        """An execution of ``requests`` requests took ``duration_s`` (dispatch to
+        answer); its requests had waited ``mean_wait_s`` in their buffer."""
+        self.in_flight = max(0, self.in_flight - 1)
+        self.executions += 1
+        k = max(int(requests), 1)
+        weight = 1.0 - (1.0 - EWMA_WEIGHT) ** k
+        self.fit.add(float(k), float(duration_s), weight)
+        self.latency_s += weight * (mean_wait_s + duration_s - self.latency_s)
+        if self.objective.name == "balanced" and self.max_concurrency is not None:
+            error = (self.latency_s - self.bound_s) / max(self.single_s, 1e-6)
+            c = self.concurrency + GAIN * error
+            self.concurrency = min(max(c, 1.0), float(self.max_concurrency))
+
+    def as_dict(self) -> dict:
+        return {
+            "objective": self.objective.name,
+            "latency_slack": self.objective.slack,
+            "max_concurrency": self.max_concurrency,
+            "concurrency": self.concurrency,
+            "in_flight": self.in_flight,
+            "single_execution_ms": self.single_s * 1e3,
+            "mean_latency_ms": self.latency_s * 1e3,
+            "bound_ms": self.bound_s * 1e3,
+        }
+
+
+class _LineFit:
+    """``y = α + β·x`` by exponentially weighted least squares (running
+    moments); the prior is one point ``(1, y0)``, so until ``x`` varies the
+    line is flat at the mean ``y``."""
+
+    def __init__(self, y0: float):
+        self.sx, self.sy, self.sxx, self.sxy = 1.0, y0, 1.0, y0
+
+    def add(self, x: float, y: float, weight: float) -> None:
+        keep = 1.0 - weight
+        self.sx = keep * self.sx + weight * x
+        self.sy = keep * self.sy + weight * y
+        self.sxx = keep * self.sxx + weight * x * x
+        self.sxy = keep * self.sxy + weight * x * y
+
+    def at(self, x: float) -> float:
+        var = self.sxx - self.sx * self.sx
+        beta = (self.sxy - self.sx * self.sy) / var if var > 1e-9 else 0.0
+        beta = max(beta, 0.0)  # an execution never gets cheaper with more work
+        return max(self.sy + beta * (x - self.sx), 0.0)
