@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -112,3 +114,22 @@ def test_renumbered_graph_answers_as_pyg_on_the_original_ids(stores, arch, tmp_p
 def test_unknown_reorder_is_a_clear_error(tmp_path):
     with pytest.raises(InvalidRequest, match="reorder"):
         ingest(BITCOIN, f"file://{tmp_path}", "x", reorder="metis")
+
+
+def test_gateway_parse_maps_every_user_id_to_its_stored_id():
+    from gnn_faas.gateway.new_vertices import parse_new_vertices, split_new_vertex_inputs
+    from tests.gateway.test_new_vertices import D, N, body
+
+    user_ids = np.random.default_rng(1).permutation(N)  # stored s is user user_ids[s]
+    idmap = IdMap(user_ids)
+    doc = body([[1, 2, 3]], [[4, N], [N, 7]], targets=(N, 7, 4))
+    rest, added = split_new_vertex_inputs(json.dumps(doc).encode())
+    ov = parse_new_vertices(added, N, D, False, id_map=idmap)
+    # user 4 -> new vertex N -> user 7, in stored ids (the new vertex keeps its id)
+    got = sorted(zip(ov.src.tolist(), ov.dst.tolist()))
+    assert got == sorted([(int(idmap.to_stored([4])[0]), N), (N, int(idmap.to_stored([7])[0]))])
+    req = parse_infer_request("m", rest, ov.num_nodes, 16, id_map=idmap)
+    assert req.vertices.tolist() == [N, *idmap.to_stored([7, 4]).tolist()]
+    edge = {"inputs": [{"name": "pairs", "datatype": "INT64", "shape": [1, 2], "data": [2, 5]}]}
+    pairs = parse_infer_request("m", edge, N, 16, id_map=idmap).pairs
+    assert pairs.tolist() == [idmap.to_stored([2, 5]).tolist()]
