@@ -128,6 +128,7 @@ def _breakdown(sizes: dict) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    import shutil
     import tempfile
     import time
     from pathlib import Path
@@ -331,4 +332,5 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 **_breakdown(rec),
             }
         out["policies"][policy] = row
+    shutil.rmtree(tmp, ignore_errors=True)  # the checkpoint written for precompute
     return out
