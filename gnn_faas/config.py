@@ -34,7 +34,14 @@ from typing import Any
 
 import yaml
 
-from gnn_faas.choices import CACHE_PRIORS, DEVICES, EMBEDDINGS, MODES, RECOMPUTE_POLICIES
+from gnn_faas.choices import (
+    CACHE_PRIORS,
+    DEVICES,
+    EMBEDDINGS,
+    MODES,
+    OBJECTIVES,
+    RECOMPUTE_POLICIES,
+)
 from gnn_faas.config_schema import validate
 from gnn_faas.errors import InvalidRequest
 from gnn_faas.paths import default_store, var_dir
@@ -293,10 +300,14 @@ class ServingConfig:
                 raise InvalidRequest(f"model {m.name!r}: max_new_vertices/edges must be >= 0")
             if isinstance(m.max_targets, bool) or m.max_targets < 1:
                 raise InvalidRequest(f"model {m.name!r}: max_targets must be a positive integer")
-            try:
-                self.buffers.for_slo(m.slo_s, m.buffers)
-            except ValueError as exc:
-                raise InvalidRequest(f"model {m.name!r}: {exc}") from None
+            objective = m.buffers.objective or self.buffers.objective
+            if objective not in OBJECTIVES:
+                raise InvalidRequest(
+                    f"model {m.name!r}: buffers.objective must be one of {OBJECTIVES}"
+                )
+            slack = m.buffers.latency_slack
+            if slack is not None and not slack >= 0:
+                raise InvalidRequest(f"model {m.name!r}: buffers.latency_slack must be >= 0")
 
     def model(self, name: str) -> ModelServingConfig:
         for m in self.models:

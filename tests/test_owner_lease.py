@@ -26,7 +26,7 @@ from gnn_faas.owner_lease import (
     watch,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _poll(cond, limit_s: float = 60.0) -> bool:

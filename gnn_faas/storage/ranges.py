@@ -21,6 +21,11 @@ from gnn_faas.storage.backends import StorageBackend, with_retries
 from gnn_faas.storage.backends.file import gather_ranges
 from gnn_faas.storage.request_cost import RequestCost, constants_for
 
+# A read moves at most (1 + MAX_OVERREAD) x the bytes it needs: the requests
+# saved by merging across gaps never cost more than the needed bytes again in
+# transfer and in the reader's buffer.
+MAX_OVERREAD = 1.0
+
 
 @dataclass
 class ReadStats:
@@ -62,7 +67,12 @@ class CoalescedRanges:
         return int((self.ends - self.starts).sum())
 
 
-def coalesce(starts: np.ndarray, ends: np.ndarray, max_gap: float = 0.0) -> CoalescedRanges:
+def coalesce(
+    starts: np.ndarray,
+    ends: np.ndarray,
+    max_gap: float = 0.0,
+    max_extra_bytes: float = np.inf,
+) -> CoalescedRanges:
     """Merge ranges ``[starts[i], ends[i])`` into the cheapest set of requests.
 
     Overlapping or touching ranges are always merged; two neighbouring ranges
@@ -91,6 +101,14 @@ def coalesce(starts: np.ndarray, ends: np.ndarray, max_gap: float = 0.0) -> Coal
     comparison on the array of gaps, computed on whole arrays below. With
     ``max_gap = 0`` (requests free) only the overlapping or touching ranges
     merge; with ``max_gap = inf`` (bytes free) the batch is one request.
+
+    ``max_extra_bytes`` bounds ``Σ_{i∈M} g_i``, the bytes read beyond the
+    union (a memory function holds them in its read buffer, so its peak
+    memory must not follow the planner). Every merged gap saves exactly one
+    request, so among the profitable gaps the plan that saves the most
+    requests within the budget takes them smallest first: the longest prefix
+    of the sorted profitable gaps whose sum fits (one sort and a cumulative
+    sum). With an unbounded budget this is the rule above.
     """
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
@@ -106,6 +124,11 @@ def coalesce(starts: np.ndarray, ends: np.ndarray, max_gap: float = 0.0) -> Coal
     before = np.concatenate(([np.iinfo(np.int64).min], reach[:-1]))
     needed = int(np.maximum(0, e - np.maximum(s, before)).sum())
     merge = (gaps <= 0) | (gaps < max_gap)
+    if np.isfinite(max_extra_bytes):
+        profitable = np.flatnonzero((gaps > 0) & (gaps < max_gap))
+        by_size = profitable[np.argsort(gaps[profitable], kind="stable")]
+        fits = np.cumsum(gaps[by_size]) <= max_extra_bytes
+        merge[by_size[~fits]] = False
     new_group = np.concatenate(([True], ~merge))
     group = np.cumsum(new_group) - 1
     first = np.flatnonzero(new_group)
@@ -128,9 +151,16 @@ def plan_cost(plan: CoalescedRanges, cost: RequestCost) -> float:
 class RangeReader:
     """Batched, coalesced, retried range reads of blobs in one backend, measured."""
 
-    def __init__(self, backend: StorageBackend, cost: RequestCost | None = None):
+    def __init__(
+        self,
+        backend: StorageBackend,
+        cost: RequestCost | None = None,
+        max_overread: float = MAX_OVERREAD,
+    ):
         self.backend = backend
         self.cost = constants_for(backend) if cost is None else cost
+        # bytes read beyond the needed ones, as a fraction of them (see coalesce)
+        self.max_overread = max_overread
         self.stats = ReadStats()
 
     def read(self, path: str, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -146,7 +176,8 @@ class RangeReader:
         if starts.size == 0 or not lengths.any():
             return np.empty(0, dtype=np.uint8)
         keep = lengths > 0
-        plan = coalesce(starts[keep], ends[keep], self.cost.max_gap)
+        budget = self.max_overread * int(lengths[keep].sum())
+        plan = coalesce(starts[keep], ends[keep], self.cost.max_gap, budget)
         t0 = time.perf_counter()
         buf = with_retries(lambda: self.backend.read_ranges(path, plan.starts, plan.ends))
         self.stats.read_seconds += time.perf_counter() - t0

@@ -14,6 +14,7 @@ from gnn_faas.cli import main
 from gnn_faas.storage.backends import open_backend
 from gnn_faas.storage.datasets import prepare_dataset
 from gnn_faas.storage.format import open_graph
+from gnn_faas.storage.ranges import MAX_OVERREAD
 from gnn_faas.storage.request_cost import STORE_KEY, RequestCost, document
 
 KEYS = {
@@ -74,18 +75,21 @@ def test_full_neighbourhoods_on_bitcoin_otc(store):
     assert r["dollars_per_million_queries"] is None  # a file is not billed per request
 
 
-def test_costly_requests_are_planned_into_one_per_read(costly_store, tmp_path):
+def test_costly_requests_are_merged_within_the_byte_budget(costly_store, store, tmp_path):
     prices = tmp_path / "prices.yaml"
     prices.write_text(
         "prices:\n  disk:\n    kind: storage\n    scheme: file\n    get_per_thousand: 0.5\n"
         "    put_per_thousand: 1\n    source: https://example.org\n    date: '2026-11-25'\n"
     )
     r = bench(costly_store, "bitcoin-otc", prices=str(prices))
-    # two reads per hop and one of features, each one request: 5 per 2-hop query
-    assert r["requests_per_query"] == 5.0
-    assert r["bytes_read"] >= r["bytes_min"]
-    # 5 requests per query at $0.5 per 1,000: $2,500 per million queries
-    assert r["dollars_per_million_queries"] == pytest.approx(2500.0)
+    # requests cost as much as 10 MB: gaps are merged as far as the reader's byte
+    # budget allows (at most (1 + MAX_OVERREAD) x the needed bytes)
+    assert r["bytes_min"] <= r["bytes_read"] <= (1 + MAX_OVERREAD) * r["bytes_min"] * 1.01
+    # against requests that cost nothing (only touching ranges merge): far fewer
+    plain = bench(store, "bitcoin-otc")
+    assert r["requests_per_query"] < 0.5 * plain["requests_per_query"]
+    # each request at $0.5 per 1,000
+    assert r["dollars_per_million_queries"] == pytest.approx(r["requests_per_query"] * 500.0)
     assert r["storage_price"] == "disk" and r["planner"]["max_gap_bytes"] == pytest.approx(1e7)
 
 

@@ -178,7 +178,9 @@ def test_range_reader_on_every_backend(store_uri):
             got = reader.read("r.bin", starts, ends)
             assert got.tobytes() == slices(data, starts, ends)
             assert reader.stats.round_trips == before + (1 if np.any(ends > starts) else 0)
-            plan = coalesce(starts[ends > starts], ends[ends > starts], max_gap)
+            kept = ends > starts
+            budget = reader.max_overread * int((ends - starts)[kept].sum())
+            plan = coalesce(starts[kept], ends[kept], max_gap, budget)
             assert reader.stats.ranges_requested - requested == plan.starts.size
             requested = reader.stats.ranges_requested
         st_ = reader.stats
@@ -201,3 +203,36 @@ def test_range_reader_reports_a_short_read(tmp_path, max_gap):
         reader = RangeReader(store, RequestCost("t", max_gap, 1.0))
         with pytest.raises(CorruptBlob, match="r.bin"):
             reader.read("r.bin", np.array([10, 90]), np.array([20, 120]))
+
+
+def test_a_byte_budget_merges_the_smallest_profitable_gaps_first():
+    # ranges of 10 bytes with gaps 50, 5, 30, 500 (max_gap 100: the last never pays)
+    starts = np.array([0, 60, 75, 115, 625])
+    ends = starts + 10
+    unbounded = coalesce(starts, ends, 100.0)
+    assert unbounded.starts.tolist() == [0, 625]  # gaps 50, 5, 30 merged
+    # 40 extra bytes: the gaps of 5 and 30 (35 bytes), not the 50 (85 > 40)
+    bounded = coalesce(starts, ends, 100.0, max_extra_bytes=40)
+    assert bounded.starts.tolist() == [0, 60, 625]
+    assert bounded.read_bytes - bounded.needed_bytes == 35
+    # nothing to spare: only touching ranges merge
+    assert coalesce(starts, ends, 100.0, max_extra_bytes=0).starts.size == 5
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 400), st.integers(0, 40)), min_size=1, max_size=9),
+       st.floats(0, 200), st.integers(0, 300))  # fmt: skip
+def test_the_budgeted_plan_is_the_cheapest_within_its_budget(pairs, max_gap, budget):
+    starts = np.array([a for a, _ in pairs])
+    ends = starts + np.array([b for _, b in pairs]) + 1
+    plan = coalesce(starts, ends, max_gap, budget)
+    assert plan.read_bytes - plan.needed_bytes <= budget
+    # brute force over the gaps of the union: the fewest requests within the budget
+    union = coalesce(starts, ends, 0.0)
+    gaps = union.starts[1:] - union.ends[:-1]
+    best = union.starts.size
+    for mask in range(1 << gaps.size):
+        chosen = [i for i in range(gaps.size) if mask >> i & 1]
+        if all(gaps[i] < max_gap for i in chosen) and sum(gaps[i] for i in chosen) <= budget:
+            best = min(best, union.starts.size - len(chosen))
+    assert plan.starts.size == best
