@@ -27,6 +27,14 @@ from gnn_faas.storage.request_cost import RequestCost
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
+# A structure read (indptr entries, neighbour lists) may always move this many
+# bytes beyond the ones it needs, whatever the reader's per-read fraction: an
+# indptr read needs 16 bytes a vertex, so a fraction of that would forbid the
+# merges that save the most requests, while 1 MiB of transient buffer is small
+# next to any function's memory. Feature rows keep the fraction alone: they are
+# what a memory function's peak is made of (functions/feature_cache.py).
+STRUCTURE_SLACK_BYTES = 1 << 20
+
 _GOLD = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -142,11 +150,11 @@ class KHopFetcher:
             counts[stored] = c_s
             c_o, extra = overlay.in_edges(v)
             return merge_segments(counts, nbrs, c_o, extra)
-        raw = self.reader.read(self._indptr_path, v * 8, v * 8 + 16)
+        raw = self.reader.read(self._indptr_path, v * 8, v * 8 + 16, STRUCTURE_SLACK_BYTES)
         bounds = raw.view("<i8").reshape(-1, 2)
         lo, hi = bounds[:, 0], bounds[:, 1]
         isz = self._indices_dtype.itemsize
-        seg = self.reader.read(self._indices_path, lo * isz, hi * isz)
+        seg = self.reader.read(self._indices_path, lo * isz, hi * isz, STRUCTURE_SLACK_BYTES)
         nbrs = seg.view(self._indices_dtype).astype(np.int64)
         return hi - lo, nbrs
 
@@ -252,7 +260,7 @@ class KHopFetcher:
         stored = v < self.graph.num_nodes
         s = v[stored]
         if s.size:
-            raw = self.reader.read(self._indptr_path, s * 8, s * 8 + 16)
+            raw = self.reader.read(self._indptr_path, s * 8, s * 8 + 16, STRUCTURE_SLACK_BYTES)
             deg[stored] = np.diff(raw.view("<i8").reshape(-1, 2), axis=1)[:, 0]
         if overlay is not None:
             deg += overlay.in_degree(v)

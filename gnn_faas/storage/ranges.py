@@ -163,12 +163,15 @@ class RangeReader:
         self.max_overread = max_overread
         self.stats = ReadStats()
 
-    def read(self, path: str, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    def read(
+        self, path: str, starts: np.ndarray, ends: np.ndarray, min_extra_bytes: float = 0.0
+    ) -> np.ndarray:
         """Concatenation of ``[starts[i], ends[i])`` in the given order, as uint8.
 
         One backend call (one round trip) whatever the number of ranges; the
         requests are planned by :func:`coalesce` under this reader's measured
-        :class:`RequestCost`.
+        :class:`RequestCost`, moving at most ``max(max_overread x needed,
+        min_extra_bytes)`` bytes beyond the needed ones.
         """
         starts = np.asarray(starts, dtype=np.int64)
         ends = np.asarray(ends, dtype=np.int64)
@@ -176,7 +179,7 @@ class RangeReader:
         if starts.size == 0 or not lengths.any():
             return np.empty(0, dtype=np.uint8)
         keep = lengths > 0
-        budget = self.max_overread * int(lengths[keep].sum())
+        budget = max(self.max_overread * int(lengths[keep].sum()), min_extra_bytes)
         plan = coalesce(starts[keep], ends[keep], self.cost.max_gap, budget)
         t0 = time.perf_counter()
         buf = with_retries(lambda: self.backend.read_ranges(path, plan.starts, plan.ends))
