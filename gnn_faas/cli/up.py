@@ -209,6 +209,9 @@ def _status(args: argparse.Namespace) -> int:
                 f"mean sharing degree {bs.get('mean_sharing_degree', 0):.3f}"
             )
         for c in m.get("caches", []):
+            if "note" in c:
+                print(f"  caches: {c['note']}")
+                continue
             if "error" in c:
                 print(f"  cache of {c['instance']}: unavailable ({c['error']})")
                 continue

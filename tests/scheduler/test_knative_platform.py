@@ -223,6 +223,9 @@ def test_status_shows_the_replicas_the_test_set(stack):
         "0",
         f"{RELEASE}-gnn-faas-{MODEL}-memory-00001",
     ]
+    # the memory replicas' caches are not read through the Service URL (a random
+    # replica, and a call counted against its containerConcurrency)
+    assert "caches: per-replica cache figures are on each memory replica's /metrics" in out
     metrics = requests.get(f"{s.url}/metrics", timeout=10).text
     assert f'gnn_faas_function_replicas{{function="{MODEL}-memory",kind="desired"}} 3.0' in metrics
     assert f'gnn_faas_function_replicas{{function="{MODEL}-memory",kind="ready"}} 2.0' in metrics

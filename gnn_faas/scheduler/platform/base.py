@@ -89,6 +89,9 @@ class Platform(ABC):
     """Starts, tracks, meters and stops function instances."""
 
     name = "abstract"
+    # each instance has its own URL (a process, a container); False where the
+    # instances are slots behind one platform URL whose router picks a replica
+    addresses_instances = True
 
     @abstractmethod
     def launch(self, spec: FunctionSpec) -> Instance:

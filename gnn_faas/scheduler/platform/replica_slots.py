@@ -104,6 +104,7 @@ class ReplicaSlotPlatform(Platform):
     """Slots on replicas another system scales; subclasses read its API."""
 
     name = "replica-slots"
+    addresses_instances = False  # every slot calls the function's one URL
 
     def __init__(
         self,
