@@ -45,6 +45,9 @@ def test_configure_logging_routes_warnings_and_honours_the_env_level(monkeypatch
     monkeypatch.setenv("GNN_FAAS_LOG_LEVEL", "warning")
     gnn = logging.getLogger("gnn_faas")
     saved = (gnn.handlers[:], gnn.level, gnn.propagate)
+    # an earlier in-process CLI run may have left logging's capture on, which
+    # captureWarnings(True) then skips while pytest has replaced showwarning
+    logging.captureWarnings(False)
     try:
         configure_logging()
         logging.getLogger("gnn_faas.x").info("hidden at warning")

@@ -45,7 +45,13 @@ def measure_fetch_requests(
     graph: Any, hops: int, targets: np.ndarray, scheme: str = "s3", per_group: int = 2
 ) -> FetchRequests:
     """Fit the per-fetch requests on ``per_group`` fetches of each group size in
-    :data:`GROUPS`, the targets taken in order (``targets``: the request order)."""
+    :data:`GROUPS`, the targets taken in order (``targets``: the request order).
+
+    A line ``per_fetch + per_row·rows`` approximates a curve: GETs grow with the
+    rows while they are sparse in the file and fall once a fetch covers most of
+    it (the range planner's byte budget then lets its reads merge), so on a small
+    graph single-target fetches make more GETs than the line says (1.5x on
+    Bitcoin OTC)."""
     from gnn_faas.storage.fetcher import KHopFetcher
     from gnn_faas.storage.request_cost import load_constants
 

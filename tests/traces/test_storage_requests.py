@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from gnn_faas.storage.fetcher import KHopFetcher
+from gnn_faas.storage.fetcher import STRUCTURE_SLACK_BYTES, KHopFetcher
 from gnn_faas.storage.request_cost import load_constants
 from gnn_faas.traces.cost import load_prices
 from gnn_faas.traces.live import live_storage
@@ -21,15 +21,28 @@ def test_fetch_requests_model_on_bitcoin_otc(bitcoin_graph):
     model = measure_fetch_requests(bitcoin_graph, 2, order, per_group=2)
     assert model.scheme == "s3" and model.fetches == 2 * len(GROUPS)
     assert model.full_download == 1 + len(bitcoin_graph.manifest.blobs)
-    # the fit predicts what the fetcher does under S3's constants
+    # the fit predicts what the fetcher does under S3's constants: the mean GETs of
+    # single-target fetches (what a request_centric execution makes) within a
+    # factor of 2 (a line through a curve that falls once a fetch covers most of
+    # the file and the byte budget lets its reads merge: see the docstring)
+    gets, rows = [], []
+    for t in order[20:28]:
+        single = KHopFetcher(bitcoin_graph, load_constants()["s3"])
+        c = single.fetch([int(t)], 2)
+        single.read_features(c.input_nodes)
+        gets.append(single.stats.ranges_requested)
+        rows.append(c.input_nodes.size)
+    predicted = model.per_fetch + model.per_row * float(np.mean(rows))
+    assert 0.5 <= float(np.mean(gets)) / predicted <= 2.0
     fetcher = KHopFetcher(bitcoin_graph, load_constants()["s3"])
     cg = fetcher.fetch(order[:1], 2)
     fetcher.read_features(cg.input_nodes)
-    predicted = model.per_fetch + model.per_row * cg.input_nodes.size
-    assert fetcher.stats.ranges_requested == pytest.approx(predicted, rel=0.5)
-    # a request on S3 costs ~1 MB of transfer: a 2-hop fetch of this 3 MB graph is
-    # one GET per read (2 per hop, 1 of features)
-    assert fetcher.stats.ranges_requested == 5
+    # a request on S3 costs ~1 MB of transfer: each structure read fits its 1 MiB
+    # slack whole (one GET each, 2 per hop); the feature rows are merged as far as
+    # twice their bytes allow
+    st = fetcher.stats
+    assert st.round_trips == 5 and st.bytes_read <= 2 * st.bytes_needed + 4 * STRUCTURE_SLACK_BYTES
+    assert st.ranges_requested < cg.input_nodes.size
     # planning with a file's constants makes many more, smaller requests
     cheap = KHopFetcher(bitcoin_graph, load_constants()["file"])
     cheap.fetch(order[:1], 2)

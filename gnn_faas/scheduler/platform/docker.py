@@ -73,6 +73,8 @@ log = logging.getLogger(__name__)
 
 LABEL = "io.gnn-faas"
 LEASE_MOUNT = "/gnn-faas-lease"  # where a container sees its owner's lease directory
+LEASE_DIR_ENV = "GNN_FAAS_LEASE_DIR"  # a host directory for the lease (see _owner_lease)
+IN_CONTAINER_ENV = "GNN_FAAS_IN_CONTAINER"  # set by the gateway image
 THREAD_VARS = ("GNN_FAAS_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 DEFAULT_IMAGES = {"memory": "gnn-faas-memory:latest", "compute": "gnn-faas-compute:latest"}
 # arguments whose value is a path on this machine that the container must see
@@ -227,12 +229,29 @@ class DockerPlatform(ManagedPlatform):
         self._failures: Counter[tuple[str, str]] = Counter()
         self._last_poll = 0.0
         self.orphans_removed = self.remove_orphans()
-        self.lease = (
-            OwnerLease(renew_s=owner_lease_s / 6, timeout_s=owner_lease_s)
-            if owner_lease_s
-            else None
-        )
+        self.lease = self._owner_lease(owner_lease_s)
         self._start_reaper(reaper_interval_s)
+
+    @staticmethod
+    def _owner_lease(timeout_s: float | None) -> OwnerLease | None:
+        """The lease the containers watch, in a directory the engine can bind-mount.
+
+        The engine resolves a bind mount's source on its own host: a gateway that
+        runs in a container (the gateway image beside the engine's socket) can
+        share a lease only through a directory mounted at the same path on both
+        sides, named by ``$GNN_FAAS_LEASE_DIR``; without one it runs without a
+        lease (orphans are then removed by the next gateway's start). The gateway
+        image says it is one by ``$GNN_FAAS_IN_CONTAINER``."""
+        if not timeout_s:
+            return None
+        parent = os.environ.get(LEASE_DIR_ENV) or None
+        if parent is None and os.environ.get(IN_CONTAINER_ENV):
+            log.warning(
+                "running in a container without $%s: function containers get no owner lease",
+                LEASE_DIR_ENV,
+            )
+            return None
+        return OwnerLease(renew_s=timeout_s / 6, timeout_s=timeout_s, parent=parent)
 
     # -- preflight -----------------------------------------------------------------
     def check_images(self, kinds: tuple[str, ...] = ("memory", "compute")) -> None:
