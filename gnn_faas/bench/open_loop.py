@@ -1,27 +1,20 @@
-"""A light open-loop HTTP load generator for the overload and soak benchmarks.
+"""The open-loop load of the overload, soak and slow-client benchmarks.
 
-Requests go out at their scheduled times whatever the earlier ones are doing
-(an open loop: a slow server does not slow the senders down, as with real
-users). One asyncio loop sends them all over raw HTTP/1.1 connections (one
-connection per request, ``Connection: close``, bodies serialised in advance),
-so a single client core can drive hundreds of requests per second without its
-own queueing inflating the latencies it measures. Latency is measured from
-just before the connection is opened to the last byte of the answer.
-
-Each answer is classified: ``ok`` (200), ``shed`` (503 with ``Retry-After``:
-admission control), ``error`` (anything else, or a failed connection).
+Requests go out at their scheduled times whatever the earlier ones are doing,
+through the shared sender :func:`gnn_faas.traces.open_loop.send_open_loop`
+(asyncio over raw HTTP/1.1; why is in its docstring). Each answer is
+classified: ``ok`` (200), ``shed`` (503 with ``Retry-After``: admission
+control), ``error`` (anything else, or a failed connection).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 import numpy as np
 
+from gnn_faas.traces.open_loop import send_open_loop
 from gnn_faas.traces.replay import vertex_request
 
 
@@ -67,33 +60,6 @@ class LoadResult:
         return out
 
 
-def _request_bytes(host: str, port: int, path: str, body: bytes) -> bytes:
-    head = (
-        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-        "Connection: close\r\n\r\n"
-    )
-    return head.encode() + body
-
-
-async def _send(host: str, port: int, payload: bytes, timeout_s: float) -> tuple[int, dict, bytes]:
-    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
-    try:
-        writer.write(payload)
-        await writer.drain()
-        raw = await asyncio.wait_for(reader.read(-1), timeout_s)  # until the server closes
-    finally:
-        writer.close()
-    head, _, body = raw.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1]) if lines and len(lines[0].split()) > 1 else 0
-    headers = {}
-    for line in lines[1:]:
-        k, _, v = line.partition(":")
-        headers[k.strip().lower()] = v.strip()
-    return status, headers, body
-
-
 def run_open_loop(
     url: str,
     model: str,
@@ -106,51 +72,32 @@ def run_open_loop(
     """Send ``vertex_request(targets[i])`` at ``due_s[i]`` seconds from now; wait
     for every answer. Beyond ``max_in_flight`` open requests the sender waits
     (counted in ``late_sends`` if that makes it late)."""
-    parts = urlsplit(url)
-    host, port = parts.hostname or "127.0.0.1", parts.port or 80
-    path = f"/v2/models/{model}/infer"
-    payloads = [
-        _request_bytes(host, port, path, json.dumps(vertex_request(t, f"r{i}")).encode())
-        for i, t in enumerate(np.asarray(targets))
+    due = np.asarray(due_s, dtype=float)
+    bodies = [
+        json.dumps(vertex_request(t, f"r{i}")).encode() for i, t in enumerate(np.asarray(targets))
     ]
-    result = LoadResult()
-
-    async def one(i: int, due: float, sem: asyncio.Semaphore) -> None:
-        t0 = time.perf_counter()
-        try:
-            status, headers, body = await _send(host, port, payloads[i], timeout_s)
-        except (OSError, asyncio.TimeoutError, ValueError, IndexError) as exc:
-            dt = time.perf_counter() - t0
-            result.outcomes.append(Outcome(due, dt, 0, "error", error=type(exc).__name__))
-            return
-        finally:
-            sem.release()
-        dt = time.perf_counter() - t0
-        if status == 200:
-            result.outcomes.append(Outcome(due, dt, status, "ok"))
-        elif status == 503 and "retry-after" in headers:
-            result.outcomes.append(Outcome(due, dt, status, "shed", headers["retry-after"]))
-        else:
+    sent = send_open_loop(
+        url,
+        f"/v2/models/{model}/infer",
+        due,
+        bodies,
+        timeout_s=timeout_s,
+        max_in_flight=max_in_flight,
+    )
+    result = LoadResult(late_sends=sent.late_sends)
+    for i in sent.done_order:  # in answer order, as they came
+        due_i, dt, status = float(due[i]), float(sent.latency[i]), int(sent.status[i])
+        if sent.error[i]:
             result.outcomes.append(
-                Outcome(due, dt, status, "error", error=body[:120].decode("utf-8", "replace"))
+                Outcome(due_i, dt, 0, "error", error=sent.error[i].split(":")[0])
             )
-
-    async def main() -> None:
-        sem = asyncio.Semaphore(max_in_flight)
-        tasks = []
-        start = time.perf_counter()
-        for i, due in enumerate(np.asarray(due_s, dtype=float)):
-            delay = start + due - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            await sem.acquire()
-            if time.perf_counter() - (start + due) > 0.010:
-                result.late_sends += 1
-            tasks.append(asyncio.ensure_future(one(i, float(due), sem)))
-        if tasks:
-            await asyncio.gather(*tasks)
-
-    asyncio.run(main())
+        elif status == 200:
+            result.outcomes.append(Outcome(due_i, dt, status, "ok"))
+        elif status == 503 and sent.retry_after[i] is not None:
+            result.outcomes.append(Outcome(due_i, dt, status, "shed", sent.retry_after[i]))
+        else:
+            error = sent.body[i][:120].decode("utf-8", "replace")
+            result.outcomes.append(Outcome(due_i, dt, status, "error", error=error))
     return result
 
 

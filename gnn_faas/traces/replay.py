@@ -1,9 +1,10 @@
 """Open-loop replay of a request stream against a gateway over HTTP.
 
 Requests are sent at their arrival times whatever the previous ones are doing
-(an open loop, as real users behave), from a bounded pool of sender threads
-(at most ``max_senders`` requests in flight; when all are busy the next send
-is late, and its recorded ``send`` time shows by how much). Each request keeps
+(an open loop, as real users behave) by the shared sender
+:func:`gnn_faas.traces.open_loop.send_open_loop` (at most ``max_senders``
+requests in flight; when all are busy the next send is late, and its recorded
+``send`` time shows by how much). Each request keeps
 its scheduled arrival, actual send time, client-side latency, HTTP status and
 what the gateway reported (buffer wait, sharing degree, execution id). A
 :class:`StatusSampler` polls ``/v1/status`` once a second for the timeline
@@ -16,11 +17,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import requests
+
+from gnn_faas.traces.open_loop import Sent, send_open_loop
 
 
 @dataclass
@@ -122,72 +124,66 @@ def replay(
         aggregate=np.full(n, np.nan),
         update=np.full(n, np.nan),
     )
-    lock = threading.Lock()
-    session = requests.Session()
-    adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=max_senders)
-    session.mount("http://", adapter)
-    endpoint = f"{url.rstrip('/')}/v2/models/{model}/infer"
-    slots = threading.BoundedSemaphore(max_senders)
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=n, desc="replay", unit="req", leave=False)
-
-    def send(i: int) -> None:
-        t0 = time.perf_counter()
-        result.send[i] = t0 - start
-        try:
-            r = session.post(
-                endpoint,
-                data=json.dumps(vertex_request(targets[i], f"r{i}")),
-                headers={"Content-Type": "application/json"},
-                timeout=timeout_s,
-            )
-            dt = time.perf_counter() - t0
-            params = r.json().get("parameters", {}) if r.status_code == 200 else {}
-            with lock:
-                result.latency[i] = dt
-                result.status[i] = r.status_code
-                result.last_done = max(result.last_done, time.time())
-                if r.status_code == 200:
-                    result.ok += 1
-                    result.latencies_s.append(dt)
-                    result.parameters.append(params)
-                    result.buffer_wait[i] = params.get("buffer_wait_ms", np.nan) / 1e3
-                    result.sharing[i] = params.get("sharing_degree", 0.0)
-                    result.execution[i] = str(params.get("execution", ""))
-                    result.aggregate[i] = params.get("aggregate_ms", np.nan) / 1e3
-                    result.update[i] = params.get("update_ms", np.nan) / 1e3
-                else:
-                    result.errors += 1
-                    result.error_messages.append(f"{r.status_code}: {r.text[:200]}")
-        except (requests.RequestException, ValueError) as exc:
-            with lock:
-                result.errors += 1
-                result.latency[i] = time.perf_counter() - t0
-                result.error_messages.append(str(exc)[:200])
-                result.last_done = max(result.last_done, time.time())
-        finally:
-            slots.release()
-            if bar is not None:
-                bar.update(1)
-
-    start = time.perf_counter()
-    result.start_monotonic = time.monotonic()
-    result.first_sent = time.time()
-    with ThreadPoolExecutor(max_workers=max_senders) as pool:
-        for i, at in enumerate(arrivals_s):
-            delay = start + float(at) - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            slots.acquire()  # bounded: never more than max_senders in flight
-            pool.submit(send, i)
-            result.sent += 1
-    session.close()
-    if bar is not None:
-        bar.close()
+    bodies = [json.dumps(vertex_request(targets[i], f"r{i}")).encode() for i in range(n)]
+    try:
+        sent = send_open_loop(
+            url.rstrip("/"),
+            f"/v2/models/{model}/infer",
+            result.arrival,
+            bodies,
+            timeout_s=timeout_s,
+            max_in_flight=max_senders,
+            keep_answers=True,
+            on_answer=None if bar is None else lambda: bar.update(1),
+        )
+    finally:
+        if bar is not None:
+            bar.close()
+    _record(result, sent)
     return result
+
+
+def _record(result: ReplayResult, sent: Sent) -> None:
+    """The sender's answers into ``result``: per request its send time, latency
+    and status; for a 200 the gateway's parameters (``parameters`` in answer
+    order), otherwise the error's message."""
+    result.sent = int(sent.send.size)
+    result.send[:] = sent.send
+    result.latency[:] = sent.latency
+    result.start_monotonic = sent.start_monotonic
+    result.first_sent, result.last_done = sent.first_sent, sent.last_done
+    for i in sent.done_order:
+        status = int(sent.status[i])
+        if sent.error[i]:
+            result.errors += 1
+            result.error_messages.append(sent.error[i])
+            continue
+        if status != 200:
+            result.status[i] = status
+            result.errors += 1
+            text = sent.body[i].decode("utf-8", "replace")
+            result.error_messages.append(f"{status}: {text}")
+            continue
+        try:
+            params = json.loads(sent.body[i]).get("parameters", {})
+        except (ValueError, AttributeError) as exc:
+            result.errors += 1
+            result.error_messages.append(f"invalid answer: {exc}"[:200])
+            continue
+        result.status[i] = status
+        result.ok += 1
+        result.latencies_s.append(float(sent.latency[i]))
+        result.parameters.append(params)
+        result.buffer_wait[i] = params.get("buffer_wait_ms", np.nan) / 1e3
+        result.sharing[i] = params.get("sharing_degree", 0.0)
+        result.execution[i] = str(params.get("execution", ""))
+        result.aggregate[i] = params.get("aggregate_ms", np.nan) / 1e3
+        result.update[i] = params.get("update_ms", np.nan) / 1e3
 
 
 class StatusSampler:
