@@ -245,16 +245,43 @@ def parse_infer_request(
     """
     limits = limits or LimitsConfig()
     doc, blob = _load_body(body, limits)
+    req_id = _request_id(doc, limits)
+    parameters = _parameters(doc.get("parameters"), "'parameters'", limits)
+    outputs = _outputs(doc.get("outputs"), limits)
+    inputs = _inputs_by_name(doc.get("inputs"), limits)
+    kind = _request_kind(inputs, model, task)
+    binary = _binary_outputs(outputs, parameters, kind, model, task)
+    tensors = _read_inputs(inputs, blob, kind, num_nodes, max_targets, limits)
+    vertices, pairs, graph_ids = _vertices_of(kind, tensors, id_map)
+    return InferenceRequest(
+        id=req_id if req_id is not None else uuid.uuid4().hex,
+        model=model,
+        kind=kind,
+        targets=np.unique(vertices),
+        vertices=vertices,
+        pairs=pairs,
+        graph_ids=graph_ids,
+        output_names=tuple(outputs),
+        parameters=parameters,
+        id_from_client=req_id is not None,
+        binary_outputs=binary,
+        tensors=tensors,
+    )
+
+
+def _request_id(doc: Mapping[str, Any], limits: LimitsConfig) -> str | None:
     req_id = doc.get("id")
     if req_id is not None and not isinstance(req_id, str):
         raise InvalidRequest(f"'id' must be a string, got {_json_type(req_id)}")
     if req_id is not None and len(req_id) > limits.max_id_chars:
         raise InvalidRequest(f"'id' is longer than {limits.max_id_chars} characters")
-    parameters = _parameters(doc.get("parameters"), "'parameters'", limits)
-    outputs = _outputs(doc.get("outputs"), limits)
-    inputs = _inputs_by_name(doc.get("inputs"), limits)
+    return req_id
 
-    # the kind is named by its first input (read from the table at each call)
+
+def _request_kind(inputs: Mapping[str, Any], model: str, task: str | None) -> str:
+    """The request's kind, named by its first input (read from the table at
+    each call); its other inputs must be that kind's, and the model's task
+    must answer it."""
     kinds = [k for k, rk in REQUEST_KINDS.items() if rk.inputs[0].name in inputs]
     if not kinds:
         firsts = ", ".join(f"{rk.inputs[0].name!r} ({k})" for k, rk in REQUEST_KINDS.items())
@@ -263,8 +290,7 @@ def parse_infer_request(
         names = [REQUEST_KINDS[k].inputs[0].name for k in kinds]
         raise InvalidRequest(f"inputs {names} mix request kinds: send exactly one of them")
     kind = kinds[0]
-    spec = REQUEST_KINDS[kind]
-    expected = [i.name for i in spec.inputs]
+    expected = [i.name for i in REQUEST_KINDS[kind].inputs]
     unknown = sorted(set(inputs) - set(expected))
     if unknown:
         raise InvalidRequest(
@@ -275,23 +301,46 @@ def parse_infer_request(
             f"model {model!r} (task {task!r}) does not answer {kind}-level requests; "
             f"it answers {', '.join(TASK_KINDS[task])}-level requests"
         )
-    known_outputs = [o.name for o in spec.output_specs(task or "vertex")]
+    return kind
+
+
+def _binary_outputs(
+    outputs: Mapping[str, bool | None],
+    parameters: Mapping[str, Any],
+    kind: str,
+    model: str,
+    task: str | None,
+) -> frozenset[str]:
+    """The outputs to answer as binary data: each requested output must be one
+    the kind has; ``binary_data_output`` applies to every output whose own
+    ``binary_data`` is unset."""
+    known_outputs = [o.name for o in REQUEST_KINDS[kind].output_specs(task or "vertex")]
     for name in outputs:
         if name not in known_outputs:
             raise UnsupportedRequest(
                 f"unknown output {name[:64]!r} for a {kind}-level request to model {model!r}; "
                 f"outputs: {known_outputs}"
             )
-    # binary_data_output applies to every output whose own binary_data is unset
     binary_all = _flag(parameters, "binary_data_output", "'parameters'")
     wanted = outputs or dict.fromkeys(known_outputs)
-    binary = frozenset(n for n, b in wanted.items() if (binary_all if b is None else b))
+    return frozenset(n for n, b in wanted.items() if (binary_all if b is None else b))
 
-    # Sizes first (shapes and byte counts, before any data is read), then values.
+
+def _read_inputs(
+    inputs: Mapping[str, Any],
+    blob: memoryview,
+    kind: str,
+    num_nodes: int,
+    max_targets: int,
+    limits: LimitsConfig,
+) -> dict[str, np.ndarray]:
+    """The kind's input tensors. Sizes first (shapes and byte counts, before
+    any data is read), then values; vertex ids are summed over inputs against
+    ``max_targets`` (the work grows with them) and checked against the graph."""
     blobs = _split_binary(inputs, blob)
     tensors: dict[str, np.ndarray] = {}
     total = 0
-    for s in spec.inputs:
+    for s in REQUEST_KINDS[kind].inputs:
         if s.name not in inputs:
             if s.required:
                 raise InvalidRequest(f"a {kind}-level request needs input {s.name!r}")
@@ -300,12 +349,19 @@ def parse_infer_request(
         tensors[s.name] = arr = _read_tensor(inputs[s.name], s, cap, blobs.get(s.name))
         if s.role == "vertex_ids":
             total += arr.size
-            if total > max_targets:  # ids summed over inputs: the work grows with them
+            if total > max_targets:
                 raise PayloadTooLarge(
                     f"the request names {total} vertex ids; at most {max_targets} are allowed"
                 )
             _check_ids(arr, s.name, num_nodes)
+    return tensors
 
+
+def _vertices_of(
+    kind: str, tensors: Mapping[str, np.ndarray], id_map: IdMap | None
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """``(vertices, pairs, graph_ids)`` of a request, as stored ids when the
+    graph is renumbered (``id_map``)."""
     pairs = graph_ids = None
     if kind == "vertex":
         vertices = tensors["targets"]
@@ -322,20 +378,7 @@ def parse_infer_request(
         vertices = id_map.to_stored(vertices)
         if pairs is not None:
             pairs = vertices.reshape(pairs.shape)
-    return InferenceRequest(
-        id=req_id if req_id is not None else uuid.uuid4().hex,
-        model=model,
-        kind=kind,
-        targets=np.unique(vertices),
-        vertices=vertices,
-        pairs=pairs,
-        graph_ids=graph_ids,
-        output_names=tuple(outputs),
-        parameters=parameters,
-        id_from_client=req_id is not None,
-        binary_outputs=binary,
-        tensors=tensors,
-    )
+    return vertices, pairs, graph_ids
 
 
 # -- responses --------------------------------------------------------------------
