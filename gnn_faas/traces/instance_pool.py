@@ -77,76 +77,36 @@ def run_pool(
     start = [0.0] * n
     end = [0.0] * n
     cold = [False] * n
-    spawn: list[float] = []
-    stop: list[float] = []
-    since: list[float] = []  # per instance: free (idle) since
-    busy: list[tuple[float, int]] = []  # (free at, instance)
-    idle: list[int] = []  # instance ids (= launch order)
-    alive = 0
+    pool = _Instances(cold_s)
+    busy = pool.busy  # the same heap, never rebound
     push, pop = heapq.heappush, heapq.heappop
-
-    def launch(t: float) -> int:
-        nonlocal alive
-        spawn.append(t)
-        stop.append(math.inf)
-        since.append(t + cold_s)
-        alive += 1
-        return len(spawn) - 1
-
     for _ in range(min_instances):  # warm before the trace, as the live stack starts
-        i = launch(0.0)
-        since[i] = 0.0
-        push(idle, i)
+        i = pool.launch(0.0)
+        pool.since[i] = 0.0
+        push(pool.idle, i)
     boundary = 0.0
     k = 0
-    target = 0
     for i in range(n):
         a = ready_l[i]
         if mode == "fleet":
             while a >= boundary:  # apply the plan at every boundary passed
-                target = int(plan[min(k, plan.size - 1)])
-                while alive < target:
-                    j = launch(boundary)
-                    # the first plan's fleet is up before the trace (always on);
-                    # later scale-ups boot for cold_s
-                    push(busy, (boundary + cold_s if k else boundary, j))
-                surplus = alive - target
-                while surplus > 0 and idle:  # idle instances go first
-                    j = pop(idle)
-                    stop[j] = boundary
-                    alive -= 1
-                    surplus -= 1
-                if surplus > 0:  # then the busy ones that free up first
-                    busy.sort()
-                    for f, j in busy[:surplus]:
-                        stop[j] = max(boundary, f)
-                        alive -= 1
-                    busy = busy[surplus:]
-                    heapq.heapify(busy)
+                # the first plan's fleet is up before the trace (always on);
+                # later scale-ups boot for cold_s
+                boot = boundary + cold_s if k else boundary
+                pool.apply_plan(int(plan[min(k, plan.size - 1)]), boundary, boot)
                 k += 1
                 boundary = k * interval_s
-        while busy and busy[0][0] <= a:
-            f, j = pop(busy)
-            since[j] = f
-            push(idle, j)
-        j = -1
-        while idle:
-            c = pop(idle)
-            if mode != "fleet" and since[c] + keep_alive_s < a:
-                stop[c] = since[c] + keep_alive_s  # expired while idle
-                alive -= 1
-                continue
-            j = c
-            break
+        pool.free_until(a)
+        j = pool.take_idle(a, keep_alive_s if mode != "fleet" else math.inf)
         s = service_l[i]
         if j >= 0:
             t0 = a
         elif mode == "naive" or (mode == "load_aware" and not busy):
-            j = launch(a)
+            j = pool.launch(a)
             t0 = a + cold_s
             cold[i] = True
-        elif mode == "load_aware" and alive < max_instances:
-            nj = launch(a)
+        elif mode == "load_aware" and pool.alive < max_instances:
+            nj = pool.launch(a)
             r = a + cold_s
             if busy[0][0] < r:
                 f, j = pop(busy)
@@ -162,17 +122,90 @@ def run_pool(
         end[i] = t0 + s
         push(busy, (t0 + s, j))
     horizon = max(end_s if end_s is not None else 0.0, max(end, default=0.0))
-    for f, j in busy:
-        since[j] = f
-        idle.append(j)
-    for j in idle:
-        if stop[j] == math.inf:
-            stop[j] = min(since[j] + keep_alive_s, horizon) if mode != "fleet" else horizon
+    stop = pool.stops(horizon, keep_alive_s, fleet=mode == "fleet")
+    spawn = np.asarray(pool.spawn)
     return PoolRun(
         np.asarray(start),
         np.asarray(end),
         np.asarray(cold, dtype=bool),
-        np.asarray(spawn),
-        np.maximum(np.asarray(stop), np.asarray(spawn)),
+        spawn,
+        np.maximum(stop, spawn),
         prewarmed=min_instances,
     )
+
+
+class _Instances:
+    """A pool's instances, by launch order: launched at ``spawn``, stopped at
+    ``stop`` (inf: alive), free (idle) since ``since``; ``busy`` is a heap of
+    ``(free at, instance)``, ``idle`` a heap of instance ids (the earliest
+    launched is taken first)."""
+
+    def __init__(self, cold_s: float):
+        self.cold_s = cold_s
+        self.spawn: list[float] = []
+        self.stop: list[float] = []
+        self.since: list[float] = []
+        self.busy: list[tuple[float, int]] = []
+        self.idle: list[int] = []
+        self.alive = 0
+
+    def launch(self, t: float) -> int:
+        self.spawn.append(t)
+        self.stop.append(math.inf)
+        self.since.append(t + self.cold_s)
+        self.alive += 1
+        return len(self.spawn) - 1
+
+    def apply_plan(self, target: int, boundary: float, boot: float) -> None:
+        """Scale to ``target`` instances at ``boundary``: new ones are busy
+        booting until ``boot``; surplus idle instances stop first, then the
+        busy ones that free up first (at ``max(boundary, free at)``)."""
+        busy, idle = self.busy, self.idle
+        while self.alive < target:
+            heapq.heappush(busy, (boot, self.launch(boundary)))
+        surplus = self.alive - target
+        while surplus > 0 and idle:  # idle instances go first
+            j = heapq.heappop(idle)
+            self.stop[j] = boundary
+            self.alive -= 1
+            surplus -= 1
+        if surplus > 0:  # then the busy ones that free up first
+            busy.sort()
+            for f, j in busy[:surplus]:
+                self.stop[j] = max(boundary, f)
+                self.alive -= 1
+            del busy[:surplus]
+            heapq.heapify(busy)
+
+    def free_until(self, a: float) -> None:
+        """Busy instances whose work ended by ``a`` become idle."""
+        busy, idle, since = self.busy, self.idle, self.since
+        while busy and busy[0][0] <= a:
+            f, j = heapq.heappop(busy)
+            since[j] = f
+            heapq.heappush(idle, j)
+
+    def take_idle(self, a: float, keep_alive_s: float) -> int:
+        """An idle instance for work arriving at ``a`` (-1: none); those idle
+        longer than ``keep_alive_s`` stop at the end of their keep-alive."""
+        idle, since = self.idle, self.since
+        while idle:
+            c = heapq.heappop(idle)
+            if since[c] + keep_alive_s < a:
+                self.stop[c] = since[c] + keep_alive_s  # expired while idle
+                self.alive -= 1
+                continue
+            return c
+        return -1
+
+    def stops(self, horizon: float, keep_alive_s: float, *, fleet: bool) -> np.ndarray:
+        """Stop times once the run ends at ``horizon``: instances still alive
+        stop at ``min(idle since + keep_alive, horizon)`` (a fleet: at the
+        horizon)."""
+        for f, j in self.busy:
+            self.since[j] = f
+            self.idle.append(j)
+        for j in self.idle:
+            if self.stop[j] == math.inf:
+                self.stop[j] = min(self.since[j] + keep_alive_s, horizon) if not fleet else horizon
+        return np.asarray(self.stop)
