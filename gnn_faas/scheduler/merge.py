@@ -107,18 +107,8 @@ def merge_computation_graphs(cgs: Sequence[ComputationGraph]) -> MergedGraph:
     def to_local(global_ids: np.ndarray) -> np.ndarray:
         return new_id[np.searchsorted(uniq, global_ids)]
 
-    # In-edges of each expanded vertex, from its defining occurrence only.
-    is_chosen = np.zeros(nodes_cat.size, dtype=bool)
-    is_chosen[chosen] = True
-    dst_parts, src_parts = [], []
-    for r, cg in enumerate(cgs):
-        n1 = cg.layer_sizes[1] if num_layers else 0
-        deg = np.diff(cg.indptr[: n1 + 1])
-        keep = np.repeat(is_chosen[offsets[r] : offsets[r] + n1], deg)
-        dst_parts.append(np.repeat(cg.nodes[:n1], deg)[keep])
-        src_parts.append(cg.nodes[cg.indices[: cg.indptr[n1]][keep]])
-    dst = to_local(np.concatenate(dst_parts).astype(np.int64))
-    src = to_local(np.concatenate(src_parts).astype(np.int64))
+    dst, src = _in_edges(cgs, chosen, offsets, num_layers, nodes_cat.size)
+    dst, src = to_local(dst), to_local(src)
     by_row = np.argsort(dst, kind="stable")  # keeps each row's neighbour order
     n_expanded = layer_sizes[1] if num_layers else 0
     counts = np.bincount(dst, minlength=n_expanded)
@@ -143,4 +133,28 @@ def merge_computation_graphs(cgs: Sequence[ComputationGraph]) -> MergedGraph:
         request_rows=request_rows,
         separate_rows=int(sum(cg.aggregated_rows() for cg in cgs)),
         merged_rows=graph.aggregated_rows(),
+    )
+
+
+def _in_edges(
+    cgs: Sequence[ComputationGraph],
+    chosen: np.ndarray,
+    offsets: np.ndarray,
+    num_layers: int,
+    occurrences: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(dst, src)`` global ids of the in-edges of each expanded vertex, from
+    its defining occurrence (``chosen``) only, in request order."""
+    is_chosen = np.zeros(occurrences, dtype=bool)
+    is_chosen[chosen] = True
+    dst_parts, src_parts = [], []
+    for r, cg in enumerate(cgs):
+        n1 = cg.layer_sizes[1] if num_layers else 0
+        deg = np.diff(cg.indptr[: n1 + 1])
+        keep = np.repeat(is_chosen[offsets[r] : offsets[r] + n1], deg)
+        dst_parts.append(np.repeat(cg.nodes[:n1], deg)[keep])
+        src_parts.append(cg.nodes[cg.indices[: cg.indptr[n1]][keep]])
+    return (
+        np.concatenate(dst_parts).astype(np.int64),
+        np.concatenate(src_parts).astype(np.int64),
     )
