@@ -264,54 +264,83 @@ def run_rate(
         base.store, args.graph, targets, base.models[0].layers, graph.manifest.feature_dim
     )
     for name in modes:
-        mode = MODES[name]
-        rc = mode == "request_centric"
-        config = {
-            "store": base.store,
-            "platform": {
-                "memory_function_mb": baseline_mb if rc else args.memory_mb,
-                "compute_function_mb": args.compute_mb,
-                "max_memory_instances": args.baseline_max_instances if rc else args.max_instances,
-                "max_compute_instances": args.baseline_max_instances if rc else args.max_instances,
-                "min_instances": 1,
-            },
-            "models": [{
-                "name": args.graph, "graph": args.graph, "dataset": args.graph,
-                "checkpoint": ckpt, "slo_s": args.slo, "mode": mode,
-            }],
-        }  # fmt: skip
-        if objective is not None and name == "gnn_faas":
-            config["models"][0]["buffers"] = {
-                "objective": objective[0], "latency_slack": objective[1],
-            }  # fmt: skip
-        with Stack(config) as stack:
-            # a few requests outside the measured window warm caches and connections
-            replay(stack.url, args.graph, np.linspace(0, 0.5, 5), targets[:5])
-            before = stack.status()["models"][0]["totals"]
-            run = replay_live(stack.url, args.graph, times, targets, slo_s=args.slo,
-                              prices=prices, duration_s=args.duration)  # fmt: skip
-        result = run.result
-        metering = run.status["metering"]["total"]
-        summary = summarise(result, args.slo, metering)
-        summary["dollars"] = run.summary["dollars"]
-        after = run.status["models"][0]["totals"]
-        shed = int(after.get("shed", 0) - before.get("shed", 0))
-        # the replay counts every non-200 as an error and a violation: shed ones apart
-        summary["shed"] = shed
-        summary["errors"] -= shed
-        summary["slo_violations"] -= shed
-        summary["gateway_slo_violations"] = int(
-            after.get("slo_violations", 0) - before.get("slo_violations", 0)
-        )
-        if args.out:
-            write_live(Path(args.out) / name, run, args.duration)
-        if rc:
-            summary["memory_function_mb"] = baseline_mb
-        if result.error_messages:
-            summary["error_examples"] = result.error_messages[:3]
-        results[name] = summary
+        config = mode_config(args, name, base.store, ckpt, baseline_mb, objective)
+        results[name] = run_mode(args, name, config, times, targets, prices, baseline_mb)
     if "gnn_faas" in results and "request_centric" in results:
         g, r = results["gnn_faas"], results["request_centric"]
         results["gb_s_ratio"] = g["gb_s_per_request"] / max(r["gb_s_per_request"], 1e-12)
         results["vcpu_s_ratio"] = g["vcpu_s_per_request"] / max(r["vcpu_s_per_request"], 1e-12)
     return results
+
+
+def mode_config(
+    args: argparse.Namespace,
+    name: str,
+    store: str,
+    ckpt: str,
+    baseline_mb: int,
+    objective: tuple[str, float] | None,
+) -> dict:
+    """The serving config of one mode: request_centric gets functions sized for
+    the largest request (``baseline_mb``) and its own instance cap; gnn_faas
+    the buffer ``objective`` when one is given."""
+    mode = MODES[name]
+    rc = mode == "request_centric"
+    config = {
+        "store": store,
+        "platform": {
+            "memory_function_mb": baseline_mb if rc else args.memory_mb,
+            "compute_function_mb": args.compute_mb,
+            "max_memory_instances": args.baseline_max_instances if rc else args.max_instances,
+            "max_compute_instances": args.baseline_max_instances if rc else args.max_instances,
+            "min_instances": 1,
+        },
+        "models": [{
+            "name": args.graph, "graph": args.graph, "dataset": args.graph,
+            "checkpoint": ckpt, "slo_s": args.slo, "mode": mode,
+        }],
+    }  # fmt: skip
+    if objective is not None and name == "gnn_faas":
+        config["models"][0]["buffers"] = {
+            "objective": objective[0], "latency_slack": objective[1],
+        }  # fmt: skip
+    return config
+
+
+def run_mode(
+    args: argparse.Namespace,
+    name: str,
+    config: dict,
+    times: np.ndarray,
+    targets: np.ndarray,
+    prices: dict,
+    baseline_mb: int,
+) -> dict:
+    """One mode's stack up, warmed, replayed live at ``times``: its summary
+    (request_centric's with its functions' ``baseline_mb``)."""
+    with Stack(config) as stack:
+        # a few requests outside the measured window warm caches and connections
+        replay(stack.url, args.graph, np.linspace(0, 0.5, 5), targets[:5])
+        before = stack.status()["models"][0]["totals"]
+        run = replay_live(stack.url, args.graph, times, targets, slo_s=args.slo,
+                          prices=prices, duration_s=args.duration)  # fmt: skip
+    result = run.result
+    metering = run.status["metering"]["total"]
+    summary = summarise(result, args.slo, metering)
+    summary["dollars"] = run.summary["dollars"]
+    after = run.status["models"][0]["totals"]
+    shed = int(after.get("shed", 0) - before.get("shed", 0))
+    # the replay counts every non-200 as an error and a violation: shed ones apart
+    summary["shed"] = shed
+    summary["errors"] -= shed
+    summary["slo_violations"] -= shed
+    summary["gateway_slo_violations"] = int(
+        after.get("slo_violations", 0) - before.get("slo_violations", 0)
+    )
+    if args.out:
+        write_live(Path(args.out) / name, run, args.duration)
+    if MODES[name] == "request_centric":
+        summary["memory_function_mb"] = baseline_mb
+    if result.error_messages:
+        summary["error_examples"] = result.error_messages[:3]
+    return summary
