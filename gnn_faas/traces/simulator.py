@@ -38,6 +38,7 @@ integral of the allocated-GB timeline.
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -300,83 +301,112 @@ def run_load_aware(
     """Executions (sorted by ``ready``) dispatched by the gateway's load-aware
     policy on a fake clock: launches become ready ``cold_s`` later, runs take
     ``service`` seconds, idle instances stop after ``keep_alive_s``."""
-    import heapq
-
+    n = int(ready.size)
     clock = FakeClock(0.0)
     policy = policy_cls(max_instances, clock=clock, name="pair")
-    n = int(ready.size)
-    cold = np.zeros(n, dtype=bool)
-    spawn: dict[Any, float] = {}
-    warm_at: dict[Any, float] = {}
-    stop: dict[Any, float] = {}
-    events: list = []  # (time, seq, kind: 0 ready / 1 finished, instance)
-    seq = 0
-    ready_l = ready.tolist()
-    service_l = service.tolist()
+    sim = _LoadAwareRun(policy, clock, ready.tolist(), service.tolist(), cold_s, keep_alive_s)
+    sim.prewarm(min_instances)
+    for i in range(n):
+        a = sim.ready[i]
+        sim.run_events(a)
+        sim.clock.set(a)
+        sim.expire(a)
+        sim.act(sim.policy.submit(i), a)
+    horizon = max(end_s, max(sim.end, default=0.0))
+    sim.run_events(horizon)
+    sim.expire(horizon)
+    spawn, stop = sim.lives(horizon)
+    return PoolRun(
+        np.asarray(sim.start),
+        np.asarray(sim.end),
+        sim.cold,
+        spawn,
+        np.maximum(stop, spawn),
+        prewarmed=min_instances,
+    )
 
-    start_l = [0.0] * n
-    end_l = [0.0] * n
 
-    def act(actions: list, now: float) -> None:
-        nonlocal seq
+class _LoadAwareRun:
+    """The state of :func:`run_load_aware`: the policy on its fake clock, the
+    event heap ``(time, seq, kind: 0 ready / 1 finished, instance)``, each
+    instance's spawn, warm and stop times, each execution's start and end."""
+
+    def __init__(
+        self,
+        policy: LoadAwarePolicy,
+        clock: FakeClock,
+        ready: list[float],
+        service: list[float],
+        cold_s: float,
+        keep_alive_s: float,
+    ):
+        self.policy, self.clock = policy, clock
+        self.ready, self.service = ready, service
+        self.cold_s, self.keep_alive_s = cold_s, keep_alive_s
+        n = len(ready)
+        self.cold = np.zeros(n, dtype=bool)
+        self.start = [0.0] * n
+        self.end = [0.0] * n
+        self.spawn: dict[Any, float] = {}
+        self.warm_at: dict[Any, float] = {}
+        self.stop: dict[Any, float] = {}
+        self.events: list = []
+        self.seq = 0
+
+    def prewarm(self, count: int) -> None:
+        """``count`` instances warm at time 0 (launched before the trace)."""
+        for _ in range(count):
+            launch = self.policy.launch()
+            self.spawn[launch.instance] = self.warm_at[launch.instance] = 0.0
+            self.policy.ready(launch.instance)
+
+    def act(self, actions: list, now: float) -> None:
         for a in actions:
             if type(a) is Run:
                 i = a.item
-                start_l[i] = now
-                end_l[i] = e = now + service_l[i]
-                cold[i] = spawn[a.instance] >= ready_l[i] and now == warm_at.get(a.instance)
-                heapq.heappush(events, (e, seq, 1, a.instance))
+                self.start[i] = now
+                self.end[i] = e = now + self.service[i]
+                self.cold[i] = self.spawn[a.instance] >= self.ready[i] and now == self.warm_at.get(
+                    a.instance
+                )
+                heapq.heappush(self.events, (e, self.seq, 1, a.instance))
             else:  # Launch
-                spawn[a.instance] = now
-                heapq.heappush(events, (now + cold_s, seq, 0, a.instance))
-            seq += 1
+                self.spawn[a.instance] = now
+                heapq.heappush(self.events, (now + self.cold_s, self.seq, 0, a.instance))
+            self.seq += 1
 
-    def expire(now: float) -> None:
+    def expire(self, now: float) -> None:
         """Idle instances past their keep-alive stop (checked lazily before each
         submit: only a submit could have given them work)."""
-        for inst, s in list(policy.instances.items()):
-            if s.state == IDLE and s.since + keep_alive_s <= now and policy.remove(inst):
-                stop[inst] = s.since + keep_alive_s
+        for inst, s in list(self.policy.instances.items()):
+            if s.state == IDLE and s.since + self.keep_alive_s <= now and self.policy.remove(inst):
+                self.stop[inst] = s.since + self.keep_alive_s
 
-    for _ in range(min_instances):
-        launch = policy.launch()
-        spawn[launch.instance] = warm_at[launch.instance] = 0.0
-        policy.ready(launch.instance)
-
-    def run_events(until: float) -> None:
+    def run_events(self, until: float) -> None:
+        events = self.events
         while events and events[0][0] <= until:
             t, _, kind, inst = heapq.heappop(events)
-            clock.set(t)
+            self.clock.set(t)
             if kind == 0:
-                warm_at[inst] = t
-                act(policy.ready(inst), t)
+                self.warm_at[inst] = t
+                self.act(self.policy.ready(inst), t)
             else:
-                act(policy.finished(inst), t)
+                self.act(self.policy.finished(inst), t)
 
-    for i in range(n):
-        a = ready_l[i]
-        run_events(a)
-        clock.set(a)
-        expire(a)
-        act(policy.submit(i), a)
-    horizon = max(end_s, max(end_l, default=0.0))
-    run_events(horizon)
-    expire(horizon)
-    for inst in spawn:  # still alive at the end: keep-alive ends it or the run does
-        if inst not in stop:
-            s = policy.instances[inst]
-            stop[inst] = min(s.since + keep_alive_s, horizon) if s.state == IDLE else horizon
-    start = np.asarray(start_l)
-    end = np.asarray(end_l)
-    ids = list(spawn)
-    return PoolRun(
-        start,
-        end,
-        cold,
-        np.asarray([spawn[i] for i in ids]),
-        np.maximum(np.asarray([stop[i] for i in ids]), np.asarray([spawn[i] for i in ids])),
-        prewarmed=min_instances,
-    )
+    def lives(self, horizon: float) -> tuple[np.ndarray, np.ndarray]:
+        """``(spawn, stop)`` per instance in launch order; those still alive at
+        the end stop when their keep-alive ends or the run does."""
+        for inst in self.spawn:
+            if inst not in self.stop:
+                s = self.policy.instances[inst]
+                self.stop[inst] = (
+                    min(s.since + self.keep_alive_s, horizon) if s.state == IDLE else horizon
+                )
+        ids = list(self.spawn)
+        return (
+            np.asarray([self.spawn[i] for i in ids]),
+            np.asarray([self.stop[i] for i in ids]),
+        )
 
 
 @dataclass(frozen=True)
