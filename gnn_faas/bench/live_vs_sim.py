@@ -15,6 +15,7 @@ Output (one JSON object)::
 
     live, simulated: p50_ms, p99_ms, gb_s_per_request, sharing, requests,
                      answered, gb_s, timeline_gb_s, cold_starts
+    live also:       max_sample_gap_s, instances_in_window, failed_samples
     ratio:           simulated / live of p50_ms, p99_ms, gb_s_per_request, sharing
 
 ``answered`` counts the requests with an answer (live: HTTP 200; simulated:
@@ -22,11 +23,21 @@ not dropped). ``gb_s`` is the metering over the measured window (live: the
 platform's own, from the first measured send to the last answer; simulated:
 the instances' lives clipped to the window); ``timeline_gb_s`` integrates the
 timeline of allocated GB over the same span (live: the status sampler's
-samples, a step function; simulated: the per-second coverage). Live, the two
-differ by at most one sample interval of each instance launched or stopped in
-the window: ``launches_in_window × largest_instance_gb × max_sample_gap_s``
-(the sampler polls ``/v1/status`` every ``sample_interval_s``; a loaded machine
-stretches the gaps).
+samples, a step function from the first measured send; simulated: the
+per-second coverage). Simulated, the two are equal. Live, the platform meters
+each instance from its spawn to its stop while the sampler sees it only at
+its polls (every ``sample_interval_s``; a loaded machine stretches the gaps to
+``max_sample_gap_s``, and a poll without an answer, ``failed_samples``, leaves
+the previous sample standing): an instance launched between two polls is
+missed until the next one (or counted early, when a poll's answer comes after
+the launch), and one stopping is seen late (or early, the same way). Each
+instance therefore moves the timeline by at most one gap at its launch and
+one at its stop::
+
+    |timeline_gb_s − gb_s| <= 2 · instances_in_window · largest_instance_gb · max_sample_gap_s
+
+(``instances_in_window``: instances metered in the window; one alive through
+it without a launch or stop near its edges moves nothing).
 """
 
 from __future__ import annotations
@@ -119,6 +130,8 @@ def live_figures(run: Any) -> dict:
         "timeline_gb_s": sampled_integral(run.samples, "allocated_gb", end),
         "cold_starts": s["cold_starts"],
         "max_sample_gap_s": max_sample_gap(run.samples, end),
+        "instances_in_window": len(run.status["metering"]["instances"]),
+        "failed_samples": run.failed_samples,
     }
 
 

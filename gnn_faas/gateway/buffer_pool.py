@@ -665,7 +665,9 @@ class MultiBufferPool:
                     "sharing_degree": b.sharing_degree,
                     "age_s": now - b.opened_at,
                     "closes_in_s": b.close_at - now,
-                    "deadline_in_s": b.deadline - now,
+                    # None while the work-conserving gate holds the buffer with no
+                    # deadline of its own (inf: JSON has none, /v1/status would 500)
+                    "deadline_in_s": b.deadline - now if math.isfinite(b.deadline) else None,
                     "decisions": list(b.decisions),
                 }
                 for b in self._state.open_buffers()

@@ -130,6 +130,7 @@ class LiveRun:
     samples: list[dict]
     status: dict
     full: Any = None  # the whole replay, warm-up included (times from its start)
+    failed_samples: int = 0  # status polls that gave no sample
 
 
 def replay_live(
@@ -158,7 +159,10 @@ def replay_live(
                         timeout_s=timeout_s, progress=progress)  # fmt: skip
         time.sleep(1.0)  # one more sample after the last answer
     full, result = result, result.after(warmup_s)
-    samples = [{**s, "t": s["t"] - warmup_s} for s in sampler.samples]
+    # sample times from the first measured send, the metering window's start
+    # (the sampler started a little before the sender)
+    lead = full.start_monotonic - t_start
+    samples = [{**s, "t": s["t"] - lead - warmup_s} for s in sampler.samples]
     # metering from the first measured send to the last answer
     w0 = result.start_monotonic
     n = int(result.arrival.size)
@@ -192,7 +196,7 @@ def replay_live(
         "dollars": live_dollars(result, status, prices, n),
         "error_examples": result.error_messages[:3],
     }
-    return LiveRun(summary, result, samples, status, full)
+    return LiveRun(summary, result, samples, status, full, sampler.failed)
 
 
 def write_live(out: Path, run: LiveRun, duration_s: float, sim_runs: dict | None = None) -> None:

@@ -189,13 +189,15 @@ def _record(result: ReplayResult, sent: Sent) -> None:
 class StatusSampler:
     """Polls ``/v1/status`` every ``interval_s`` in a thread: per sample the time
     (seconds from ``origin``, a :func:`time.monotonic` value), instances per
-    function and state, allocated and busy GB."""
+    function and state, allocated and busy GB. A poll without a 200 answer is
+    no sample (the previous one holds) and is counted in ``failed``."""
 
     def __init__(self, url: str, origin: float, interval_s: float = 1.0):
         self.url = url.rstrip("/")
         self.origin = origin
         self.interval_s = interval_s
         self.samples: list[dict] = []
+        self.failed = 0  # polls that gave no sample (no answer, or an error answer)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="status-sampler", daemon=True)
 
@@ -212,9 +214,13 @@ class StatusSampler:
         while not self._stop.is_set():
             t = time.monotonic() - self.origin
             try:
-                st = session.get(f"{self.url}/v1/status", timeout=5).json()
+                r = session.get(f"{self.url}/v1/status", timeout=5)
+                # an error answer is no sample (its body lists no instances)
+                st = r.json() if r.status_code == 200 else None
             except (requests.RequestException, ValueError):
                 st = None
+            if st is None:
+                self.failed += 1
             if st is not None:
                 per_fn: dict[str, int] = {}
                 alloc = busy = 0.0

@@ -221,3 +221,18 @@ def test_lone_dispatch_shortcut_changes_nothing(monkeypatch):
     slow = simulate_balanced(0.3, rate=150.0, n=1500)
     assert fast == slow
     assert fast[2] < 1500  # and the run did share
+
+
+def test_a_held_buffer_has_no_deadline_in_its_snapshot():
+    """While every instance is busy the gate holds the buffer with no deadline of
+    its own: the snapshot (what /v1/status shows) says None, and stays JSON."""
+    import json
+
+    pool, clock, closed = make_pool("balanced")
+    pool.submit("a", vs(1, 2, 3))  # takes the only instance
+    clock.advance(0.002)
+    pool.submit("b", vs(2, 3, 4))  # held until the instance frees
+    (snap,) = pool.snapshot()
+    assert snap["requests"] == 1 and snap["deadline_in_s"] is None
+    assert snap["closes_in_s"] > 0
+    json.dumps(pool.snapshot(), allow_nan=False)  # raises on inf

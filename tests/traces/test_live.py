@@ -45,17 +45,14 @@ def test_live_vs_sim_accounts_for_every_request_and_meters_its_timeline(compared
     assert timeline["arrivals"].sum() == live["requests"]
 
     # metering equals the timeline's integral exactly in the simulation. Live, the
-    # sampled timeline never shows more than was metered (up to one sampling gap
-    # of each instance launched in the window); it may show less (an instance
-    # metered before a sample sees it): one run showed 12.6 against 18.1 GB-s,
-    # a gap not yet explained, so only this side is asserted
+    # sampled timeline differs by at most one sampling gap at each launch and each
+    # stop of an instance metered in the window (the bound the benchmark documents)
     assert sim["gb_s"] > 0 and sim["timeline_gb_s"] == pytest.approx(sim["gb_s"], rel=1e-9)
     slack = (
-        (report["launches_in_window"] + 1)
-        * report["largest_instance_gb"]
-        * live["max_sample_gap_s"]
+        2 * live["instances_in_window"] * report["largest_instance_gb"] * live["max_sample_gap_s"]
     )
-    assert live["gb_s"] > 0 and live["timeline_gb_s"] <= live["gb_s"] + slack, report
+    assert live["gb_s"] > 0 and live["instances_in_window"] >= 2
+    assert abs(live["timeline_gb_s"] - live["gb_s"]) <= slack + 1e-6, report
 
     # the ratios are the figures' own
     for key, ratio in report["ratio"].items():

@@ -122,3 +122,39 @@ def test_fit_warmup_needs_predict_and_a_warmup(capsys):
     assert "--fit-warmup needs --predict and a --warmup" in capsys.readouterr().err
     assert main([*argv, "--predict"]) == 2
     assert "--fit-warmup needs" in capsys.readouterr().err
+
+
+def test_status_sampler_skips_error_answers():
+    """A ``/v1/status`` that answers an error is no sample (its body lists no
+    instances: read as a sample, it would show the pool empty)."""
+    from gnn_faas.traces.replay import StatusSampler
+
+    class Status(BaseHTTPRequestHandler):
+        calls = 0
+
+        def do_GET(self):  # noqa: N802 - http.server's name
+            type(self).calls += 1
+            ok = type(self).calls % 2 == 1
+            inst = {"state": "ready", "spec": {"name": "f", "memory_mb": 512}}
+            data = json.dumps({"instances": [inst]} if ok else {"error": "internal"}).encode()
+            self.send_response(200 if ok else 500)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Status)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        with StatusSampler(
+            f"http://127.0.0.1:{srv.server_address[1]}", time.monotonic(), 0.01
+        ) as s:
+            deadline = time.monotonic() + 30
+            while s.failed < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+    finally:
+        srv.shutdown()
+    assert s.failed >= 3 and len(s.samples) >= 3
+    assert all(x["allocated_gb"] == 0.5 and x["instances"] == {"f": 1} for x in s.samples)
