@@ -128,9 +128,17 @@ def full_fetch_seconds(store: str, graph_name: str, repeats: int = 3) -> tuple[f
 
 def deployment(base: ServingConfig, graph: str, slo_s: float, memory_mb: int, compute_mb: int,
                max_instances: int, min_instances: int, keep_alive_s: float) -> dict:  # fmt: skip
-    """The stack's config: one graph-sharing model with the deployment's sizes and caps."""
+    """The stack's config: one graph-sharing model with the deployment's sizes and caps.
+
+    Admission control is off. It sheds (503) a request whose predicted latency
+    exceeds ``admission_headroom · SLO``: under the bursts and the trace that
+    is exactly the slow, loaded executions, which would then be missing from
+    the samples (a replay keeps only answered requests) and bias the fitted
+    service time low, or fail the calibration (a single or burst request that
+    is not answered stops it). The simulator models no admission either."""
     return {
         "store": base.store,
+        "gateway": {"admission": False},
         "platform": {
             "memory_function_mb": memory_mb,
             "compute_function_mb": compute_mb,

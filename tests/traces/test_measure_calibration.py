@@ -55,3 +55,16 @@ def test_without_instance_times_the_latency_after_the_buffer_counts():
                execution="abc")  # fmt: skip
     got = replay_executions(r, np.array([0, 0, 1]), SETS, np.array([True, True, False]))
     np.testing.assert_allclose([s for _, s in got], [0.04, 0.05])
+
+
+def test_calibration_stack_admits_everything():
+    """Admission would shed the slow, loaded executions the calibration must
+    measure: its stack runs with admission off, the deployment's sizes intact."""
+    from gnn_faas.config import ModelServingConfig, ServingConfig, from_dict
+    from gnn_faas.traces.measure_calibration import deployment
+
+    base = ServingConfig(store="file:///tmp/s", models=(ModelServingConfig(name="g", graph="g"),))
+    cfg = from_dict(ServingConfig, deployment(base, "g", 0.3, 256, 512, 4, 1, 600.0))
+    assert cfg.gateway.admission is False
+    assert cfg.platform.memory_function_mb == 256 and cfg.platform.max_compute_instances == 4
+    assert cfg.models[0].mode == "graph_sharing"
