@@ -23,7 +23,7 @@ arrays.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -144,6 +144,35 @@ class _Pool:
         )
 
 
+def _stages(
+    cal: Calibration,
+    clock: FakeClock,
+    events: list,
+    seq: Iterator[int],
+    policy_cls: type[LoadAwarePolicy],
+) -> tuple[list[_Pool], list[float]]:
+    """The pools an execution passes through and each one's share of its
+    service time: one pool for the pair, or memory then compute when the
+    calibration splits the time (``memory_share``)."""
+    if cal.memory_share is None:
+        return [_Pool("pair", clock, cal, cal.cold_start_s, events, seq, policy_cls)], [1.0]
+    stages = [
+        _Pool("memory", clock, cal, cal.cold_start_memory_s, events, seq, policy_cls),
+        _Pool("compute", clock, cal, cal.cold_start_compute_s, events, seq, policy_cls),
+    ]
+    return stages, [cal.memory_share, 1.0 - cal.memory_share]
+
+
+def _service_draws(cal: Calibration, seed: int | None, n: int) -> tuple[list[float], list[int]]:
+    """``(ratios, draws)``: the calibration's residual ratios (measured over
+    fitted time; ``[1.0]`` without samples or a seed) and, per execution, which
+    one scales its service time."""
+    ratios = [1.0]
+    if seed is not None and cal.samples:
+        ratios = cal.residual_ratios().tolist()
+    return ratios, np.random.default_rng(seed).integers(0, len(ratios), n).tolist()
+
+
 def run_gateway(
     stream: RequestStream,
     cal: Calibration,
@@ -160,20 +189,9 @@ def run_gateway(
     clock = FakeClock(0.0)
     events: list = []
     seq = iter(range(1 << 62))
-    if cal.memory_share is None:
-        stages = [_Pool("pair", clock, cal, cal.cold_start_s, events, seq, policy_cls)]
-        shares = [1.0]
-    else:
-        stages = [
-            _Pool("memory", clock, cal, cal.cold_start_memory_s, events, seq, policy_cls),
-            _Pool("compute", clock, cal, cal.cold_start_compute_s, events, seq, policy_cls),
-        ]
-        shares = [cal.memory_share, 1.0 - cal.memory_share]
+    stages, shares = _stages(cal, clock, events, seq, policy_cls)
     a0, b0 = cal.exec_intercept_s, cal.exec_per_row_s
-    ratios = [1.0]
-    if seed is not None and cal.samples:
-        ratios = cal.residual_ratios().tolist()
-    draws = np.random.default_rng(seed).integers(0, len(ratios), len(stream)).tolist()
+    ratios, draws = _service_draws(cal, seed, len(stream))
 
     n = len(stream)
     execution = np.empty(n, dtype=np.int64)
