@@ -134,55 +134,8 @@ def build_srpe_graph(
     t = fetcher.check_ids(np.asarray(targets), "targets", overlay)
     if t.size == 0:
         raise InvalidRequest("targets must not be empty")
-    uniq, first, inverse = np.unique(t, return_index=True, return_inverse=True)
-    by_first = np.argsort(first, kind="stable")
-    queries = uniq[by_first]
-    rank = np.empty_like(by_first)
-    rank[by_first] = np.arange(by_first.size)
-    target_index = rank[inverse].astype(np.int64)
-    if overlay is not None:
-        # every new vertex is a query (OMEGA's query batch): it has no stored
-        # embedding to reuse; those not requested follow the requested ones
-        extra = overlay.new_ids[~np.isin(overlay.new_ids, queries)]
-        queries = np.concatenate((queries, extra))
-
-    # the queries' in-neighbours: stored lists (stored queries) then added edges
-    n_stored = fetcher.graph.num_nodes
-    stored_q = queries < n_stored
-    c_s = np.zeros(queries.size, np.int64)
-    c_s[stored_q], n_s = fetcher.neighbours(queries[stored_q])
-    if overlay is not None:
-        c_o, n_o = overlay.in_edges(queries)
-    else:
-        c_o, n_o = np.zeros(queries.size, np.int64), np.zeros(0, np.int64)
-    cq, nq = merge_segments(c_s, n_s, c_o, n_o)
-    in_q = np.isin(nq, queries)
-    cand = np.unique(nq[~in_q])
-
-    # |N_Q(u)|: in-edges of u from the queries. Added edges are exact; stored
-    # ones are the reverse of the queries' stored lists (exact on symmetrised
-    # graphs, the in-edge direction otherwise).
-    pos_s = np.searchsorted(cand, n_s)
-    hit_s = (pos_s < cand.size) & (cand[np.minimum(pos_s, max(cand.size - 1, 0))] == n_s)
-    nq_count = np.bincount(pos_s[hit_s], minlength=cand.size).astype(np.float64)
-    if overlay is not None and cand.size:
-        c_u, src_u = overlay.in_edges(cand)
-        owner = np.repeat(np.arange(cand.size), c_u)
-        from_q = np.isin(src_u, queries)
-        nq_count += np.bincount(owner[from_q], minlength=cand.size)
-    deg_c = fetcher.gcn_degrees(cand, overlay)  # self loops excluded (PyG gcn_norm)
-    # importance: u's weight in the queries' mean aggregates, sum_q 1 / |N(q)|
-    owner_q = np.repeat(np.arange(queries.size), cq)
-    w = 1.0 / np.maximum(cq[owner_q], 1)
-    pos = np.searchsorted(cand, nq)
-    ok = ~in_q
-    importance = np.bincount(pos[ok], weights=w[ok], minlength=cand.size)
-    scores = CandidateScores(
-        ids=cand,
-        query_edges=nq_count,
-        degree=deg_c,
-        importance=importance,
-    )
+    queries, target_index = _queries(t, overlay)
+    cq, nq, cand, deg_c, scores = _candidates(fetcher, queries, overlay)
     recomputed = select_recomputed(scores, budget, policy, seed)
 
     c_r, n_r = fetcher.neighbours(recomputed, overlay)
@@ -222,3 +175,67 @@ def build_srpe_graph(
         candidates=scores,
         recomputed=recomputed,
     )
+
+
+def _queries(t: np.ndarray, overlay: GraphOverlay | None) -> tuple[np.ndarray, np.ndarray]:
+    """``(queries, target_index)``: the distinct targets in order of first
+    appearance (then the overlay's new vertices not requested), and each
+    target's row among them."""
+    uniq, first, inverse = np.unique(t, return_index=True, return_inverse=True)
+    by_first = np.argsort(first, kind="stable")
+    queries = uniq[by_first]
+    rank = np.empty_like(by_first)
+    rank[by_first] = np.arange(by_first.size)
+    target_index = rank[inverse].astype(np.int64)
+    if overlay is not None:
+        # every new vertex is a query (OMEGA's query batch): it has no stored
+        # embedding to reuse; those not requested follow the requested ones
+        extra = overlay.new_ids[~np.isin(overlay.new_ids, queries)]
+        queries = np.concatenate((queries, extra))
+    return queries, target_index
+
+
+def _candidates(
+    fetcher: KHopFetcher, queries: np.ndarray, overlay: GraphOverlay | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, CandidateScores]:
+    """``(cq, nq, cand, deg_c, scores)``: the queries' in-neighbour lists
+    (counts, ids), the candidates (in-neighbours that are not queries), their
+    GCN degrees and the scores the recompute policy ranks them by."""
+    # the queries' in-neighbours: stored lists (stored queries) then added edges
+    n_stored = fetcher.graph.num_nodes
+    stored_q = queries < n_stored
+    c_s = np.zeros(queries.size, np.int64)
+    c_s[stored_q], n_s = fetcher.neighbours(queries[stored_q])
+    if overlay is not None:
+        c_o, n_o = overlay.in_edges(queries)
+    else:
+        c_o, n_o = np.zeros(queries.size, np.int64), np.zeros(0, np.int64)
+    cq, nq = merge_segments(c_s, n_s, c_o, n_o)
+    in_q = np.isin(nq, queries)
+    cand = np.unique(nq[~in_q])
+
+    # |N_Q(u)|: in-edges of u from the queries. Added edges are exact; stored
+    # ones are the reverse of the queries' stored lists (exact on symmetrised
+    # graphs, the in-edge direction otherwise).
+    pos_s = np.searchsorted(cand, n_s)
+    hit_s = (pos_s < cand.size) & (cand[np.minimum(pos_s, max(cand.size - 1, 0))] == n_s)
+    nq_count = np.bincount(pos_s[hit_s], minlength=cand.size).astype(np.float64)
+    if overlay is not None and cand.size:
+        c_u, src_u = overlay.in_edges(cand)
+        owner = np.repeat(np.arange(cand.size), c_u)
+        from_q = np.isin(src_u, queries)
+        nq_count += np.bincount(owner[from_q], minlength=cand.size)
+    deg_c = fetcher.gcn_degrees(cand, overlay)  # self loops excluded (PyG gcn_norm)
+    # importance: u's weight in the queries' mean aggregates, sum_q 1 / |N(q)|
+    owner_q = np.repeat(np.arange(queries.size), cq)
+    w = 1.0 / np.maximum(cq[owner_q], 1)
+    pos = np.searchsorted(cand, nq)
+    ok = ~in_q
+    importance = np.bincount(pos[ok], weights=w[ok], minlength=cand.size)
+    scores = CandidateScores(
+        ids=cand,
+        query_edges=nq_count,
+        degree=deg_c,
+        importance=importance,
+    )
+    return cq, nq, cand, deg_c, scores
