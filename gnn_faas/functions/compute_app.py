@@ -121,17 +121,7 @@ def create_compute_app(
 
     @app.get("/v1/stats")
     def stats():
-        return jsonify(
-            {
-                "pid": os.getpid(),
-                "device": str(model.device),
-                "threads": n_threads,
-                "transfers": model.transfers.as_dict(),
-                "requests": sum(counts.values()),
-                "requests_by_stage": dict(counts),
-                "http": timer.as_dict(),
-            }
-        )
+        return jsonify(_stats(model, n_threads, counts, timer))
 
     @app.post("/v1/update")
     def update():
@@ -158,27 +148,46 @@ def create_compute_app(
     def head():
         tensors, params = read_frame()
         kind = params_get(params, "kind", str)
-        if kind == "edge":
-            _only(tensors, {"h_u", "h_v"})
-            h_u = _writable(require(tensors, "h_u", "float32", 2))
-            h_v = _writable(require(tensors, "h_v", "float32", 2))
-            with run_lock:
-                out = {"score": model.edge_scores(h_u, h_v)}
-        elif kind == "graph":
-            _only(tensors, {"h", "segments"})
-            h = _writable(require(tensors, "h", "float32", 2))
-            seg = require(tensors, "segments", "int64", 1)
-            # a readout has at most one graph per row: bounds the allocation
-            if seg.size and (seg.min() < 0 or seg.max() >= max(1, h.shape[0])):
-                raise InvalidRequest(f"segments must lie in [0, {h.shape[0]})")
-            with run_lock:
-                out = {"readout": model.graph_readout(h, _writable(seg))}
-        else:
-            raise InvalidRequest(f"kind must be 'edge' or 'graph', got {kind!r}")
+        out = _run_head(model, run_lock, kind, tensors)
         counts[kind] += 1
         return frame_response(out)
 
     return app
+
+
+def _run_head(model: Any, run_lock: threading.Lock, kind: str, tensors: dict[str, Any]) -> dict:
+    """``/v1/head``: an edge head's scores of ``h_u``, ``h_v`` or a graph
+    readout of ``h`` by ``segments`` (checked before any work)."""
+    if kind == "edge":
+        _only(tensors, {"h_u", "h_v"})
+        h_u = _writable(require(tensors, "h_u", "float32", 2))
+        h_v = _writable(require(tensors, "h_v", "float32", 2))
+        with run_lock:
+            return {"score": model.edge_scores(h_u, h_v)}
+    if kind == "graph":
+        _only(tensors, {"h", "segments"})
+        h = _writable(require(tensors, "h", "float32", 2))
+        seg = require(tensors, "segments", "int64", 1)
+        # a readout has at most one graph per row: bounds the allocation
+        if seg.size and (seg.min() < 0 or seg.max() >= max(1, h.shape[0])):
+            raise InvalidRequest(f"segments must lie in [0, {h.shape[0]})")
+        with run_lock:
+            return {"readout": model.graph_readout(h, _writable(seg))}
+    raise InvalidRequest(f"kind must be 'edge' or 'graph', got {kind!r}")
+
+
+def _stats(model: Any, n_threads: int, counts: dict[str, int], timer: Any) -> dict:
+    """``/v1/stats``: process, device, threads, host-device transfers, requests
+    by stage and the HTTP timer's figures."""
+    return {
+        "pid": os.getpid(),
+        "device": str(model.device),
+        "threads": n_threads,
+        "transfers": model.transfers.as_dict(),
+        "requests": sum(counts.values()),
+        "requests_by_stage": dict(counts),
+        "http": timer.as_dict(),
+    }
 
 
 def _only(tensors: dict[str, Any], allowed: set[str]) -> None:
