@@ -209,22 +209,14 @@ class KHopFetcher:
             counts_all.append(counts)
             nbrs_all.append(nbrs)
             if degrees:
-                owner = np.repeat(np.arange(counts.size), counts)
-                is_loop = nbrs == frontier[owner]
-                loops_all.append(np.bincount(owner[is_loop], minlength=counts.size))
-            cand = np.unique(nbrs)
-            pos = np.searchsorted(known, cand)
-            pos[pos == known.size] = 0
-            new = cand[known[pos] != cand] if known.size else cand
+                loops_all.append(_row_self_loops(frontier, counts, nbrs))
+            new = _unseen(nbrs, known)
             nodes = np.concatenate((nodes, new))
             known = np.union1d(known, new)
             sizes.append(nodes.size)
             frontier = new
             if stats is not None:
-                stats.hop_seconds.append(time.perf_counter() - t0)
-                stats.hop_round_trips.append(self.reader.stats.round_trips - trips0)
-                stats.vertices_expanded += int(counts.size)
-                stats.edges_fetched += int(nbrs.size)
+                self._count_hop(stats, t0, trips0, counts, nbrs)
 
         counts = np.concatenate(counts_all) if counts_all else np.zeros(0, np.int64)
         in_degree = None
@@ -251,6 +243,15 @@ class KHopFetcher:
             target_index=target_index,
             in_degree=in_degree,
         )
+
+    def _count_hop(
+        self, stats: FetchStats, t0: float, trips0: int, counts: np.ndarray, nbrs: np.ndarray
+    ) -> None:
+        """One hop's seconds, round trips, vertices expanded and edges into ``stats``."""
+        stats.hop_seconds.append(time.perf_counter() - t0)
+        stats.hop_round_trips.append(self.reader.stats.round_trips - trips0)
+        stats.vertices_expanded += int(counts.size)
+        stats.edges_fetched += int(nbrs.size)
 
     def in_degrees(self, vertices: np.ndarray, overlay: GraphOverlay | None = None) -> np.ndarray:
         """Full in-degree of each of ``vertices`` (one batched indptr read),
@@ -330,3 +331,18 @@ class KHopFetcher:
             stats.feature_rows += int(ids.size)
         rows = raw.view(info.dtype).reshape(ids.size, *info.shape[1:])
         return rows.astype(np.float32, copy=False)
+
+
+def _row_self_loops(rows: np.ndarray, counts: np.ndarray, nbrs: np.ndarray) -> np.ndarray:
+    """Per row, how many of its listed neighbours are the row's own vertex."""
+    owner = np.repeat(np.arange(counts.size), counts)
+    is_loop = nbrs == rows[owner]
+    return np.bincount(owner[is_loop], minlength=counts.size)
+
+
+def _unseen(nbrs: np.ndarray, known: np.ndarray) -> np.ndarray:
+    """The distinct ids of ``nbrs`` not in ``known`` (sorted), sorted."""
+    cand = np.unique(nbrs)
+    pos = np.searchsorted(known, cand)
+    pos[pos == known.size] = 0
+    return cand[known[pos] != cand] if known.size else cand
