@@ -39,6 +39,7 @@ features and embeddings) and ``reads_mean`` (batched store reads per serving).
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -138,19 +139,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from gnn_faas.errors import InvalidRequest
     from gnn_faas.functions.checkpoint import checkpoint_sha256, save_checkpoint
-    from gnn_faas.functions.executor import LocalTransport, run_layers
-    from gnn_faas.functions.model_config import ModelConfig
     from gnn_faas.functions.precompute import precompute
-    from gnn_faas.functions.pyg_models import build_model, csr_edge_index
     from gnn_faas.functions.update import UpdateModel
     from gnn_faas.paths import default_store
     from gnn_faas.storage.datasets import ensure_dataset
     from gnn_faas.storage.embeddings import EmbeddingStore
     from gnn_faas.storage.fetcher import KHopFetcher
-    from gnn_faas.storage.format import open_graph, write_graph
-    from gnn_faas.storage.overlay import GraphOverlay
     from gnn_faas.storage.recompute_policy import POLICIES
-    from gnn_faas.storage.srpe_graph import build_srpe_graph
 
     torch.set_num_threads(max(1, args.threads))
     budgets = [float(b) for b in args.budgets.split(",")]
@@ -164,51 +159,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     n = graph.num_nodes
     rng = np.random.default_rng(args.seed)
     labelled = graph.has("labels") and graph.manifest.num_classes > 1
-    if labelled:
-        labels = graph.read_blob("labels").astype(np.int64)
-        split = _split(graph, labels, args.seed)
-        held = rng.choice(split.test, min(args.queries, split.test.size), replace=False)
-    else:  # distinct targets of requests drawn from the real order (frequent ones more often)
-        order = graph.read_blob("request_order").astype(np.int64)
-        drawn = order[rng.permutation(order.size)]
-        _, first = np.unique(drawn, return_index=True)
-        held = drawn[np.sort(first)][: args.queries]
-    held = np.sort(held)
+    labels, split, held = _held_out(graph, labelled, args.queries, args.seed, rng)
     keep = np.ones(n, bool)
     keep[held] = False
     a, sub, new_id = _reduced_graph(graph, keep)
     feats = np.asarray(graph.read_blob("features"), np.float32)
-    name = f"{graph.name}-srpe"
-    write_graph(
-        store,
-        name,
-        indptr=sub.indptr.astype(np.int64),
-        indices=sub.indices.astype(np.int64),
-        features=feats[keep],
-        symmetrized=graph.manifest.symmetrized,
-        labels=labels[keep] if labelled else None,
-        num_classes=graph.manifest.num_classes,
-    )
-    reduced = open_graph(store, name)
+    reduced = _write_reduced(store, graph, sub, feats, keep, labels if labelled else None)
     fetcher = KHopFetcher(reduced)
-    num_classes = graph.manifest.num_classes if labelled else 8
-    cfg = ModelConfig(
-        arch=args.arch,
-        in_dim=graph.manifest.feature_dim,
-        hidden_dim=args.hidden,
-        out_dim=num_classes,
-        num_layers=args.layers,
-        num_classes=num_classes,
-        graph=name,
-        heads=2 if args.arch == "gat" else 1,
-    )
+    cfg = _model_config(args, graph, reduced.name, labelled)
     t0 = time.perf_counter()
-    if labelled:
-        ei = csr_edge_index(sub.indptr, sub.indices)
-        train_idx = new_id[split.train[keep[split.train]]]
-        model = _train(cfg, feats[keep], ei, labels[keep], train_idx, args.epochs, args.seed)
-    else:
-        model = build_model(cfg, seed=args.seed).eval()
+    model = _model(args, cfg, labelled, sub, feats, keep, labels, split, new_id)
     train_s = time.perf_counter() - t0
     tmp = Path(tempfile.mkdtemp(prefix="gnn-faas-srpe-"))
     ckpt = tmp / "ckpt"
@@ -222,8 +182,120 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # each held-out vertex's request: its features and its edges to kept vertices
     csc = a.tocsc()
     n_red = reduced.num_nodes
+    requests = _requests(graph, a, csc, held, keep, new_id, feats, n_red)
+    serving = _Serving(args, fetcher, update, emb, requests, n_red)
+
+    exact_pred, exact_t, exact_sizes = _serve(serving, "exact")
+    truth = labels[held] if labelled else exact_pred
+
+    exact_out = np.stack(exact_sizes["outputs"])
+
+    def acc(pred: np.ndarray) -> float:
+        return float((pred == truth).mean())
+
+    out: dict[str, Any] = {
+        "graph": graph.name,
+        "queries": int(held.size),
+        "arch": args.arch,
+        "layers": args.layers,
+        "threads": args.threads,
+        "neighbourhoods": "full",
+        "accuracy_kind": "labels" if labelled else "agreement_with_exact",
+        "train_seconds": train_s,
+        "precompute_seconds": precompute_s,
+        "exact": _exact_row(acc(exact_pred), exact_t, exact_sizes),
+        "policies": {},
+    }
+    for policy in policies:
+        row = {}
+        for b in budgets:
+            pred, times, rec = _serve(serving, "srpe", b, policy)
+            row[f"{b:g}"] = _policy_row(
+                acc(pred), acc(exact_pred), pred, exact_pred, times, exact_t, rec, exact_out
+            )
+        out["policies"][policy] = row
+    shutil.rmtree(tmp, ignore_errors=True)  # the checkpoint written for precompute
+    return out
+
+
+def _held_out(graph, labelled: bool, queries: int, seed: int, rng):
+    """``(labels, split, held)``: the labels and split of a labelled graph
+    (None otherwise) and the held-out query vertices, sorted: test vertices of
+    the split, or distinct targets of requests drawn from the real order
+    (frequent ones more often)."""
+    import numpy as np
+
+    labels = split = None
+    if labelled:
+        labels = graph.read_blob("labels").astype(np.int64)
+        split = _split(graph, labels, seed)
+        held = rng.choice(split.test, min(queries, split.test.size), replace=False)
+    else:
+        order = graph.read_blob("request_order").astype(np.int64)
+        drawn = order[rng.permutation(order.size)]
+        _, first = np.unique(drawn, return_index=True)
+        held = drawn[np.sort(first)][:queries]
+    return labels, split, np.sort(held)
+
+
+def _write_reduced(store: str, graph, sub, feats, keep, labels):
+    """The graph without the held-out vertices, written as ``<name>-srpe``."""
+    import numpy as np
+
+    from gnn_faas.storage.format import open_graph, write_graph
+
+    name = f"{graph.name}-srpe"
+    write_graph(
+        store,
+        name,
+        indptr=sub.indptr.astype(np.int64),
+        indices=sub.indices.astype(np.int64),
+        features=feats[keep],
+        symmetrized=graph.manifest.symmetrized,
+        labels=labels[keep] if labels is not None else None,
+        num_classes=graph.manifest.num_classes,
+    )
+    return open_graph(store, name)
+
+
+def _model_config(args, graph, name: str, labelled: bool):
+    """The bench's model on the reduced graph ``name`` (8 classes when unlabelled)."""
+    from gnn_faas.functions.model_config import ModelConfig
+
+    num_classes = graph.manifest.num_classes if labelled else 8
+    return ModelConfig(
+        arch=args.arch,
+        in_dim=graph.manifest.feature_dim,
+        hidden_dim=args.hidden,
+        out_dim=num_classes,
+        num_layers=args.layers,
+        num_classes=num_classes,
+        graph=name,
+        heads=2 if args.arch == "gat" else 1,
+    )
+
+
+def _model(args, cfg, labelled: bool, sub, feats, keep, labels, split, new_id):
+    """The model trained on the reduced graph's training vertices when it is
+    labelled, seeded and untrained otherwise."""
+    from gnn_faas.functions.pyg_models import build_model, csr_edge_index
+
+    if labelled:
+        ei = csr_edge_index(sub.indptr, sub.indices)
+        train_idx = new_id[split.train[keep[split.train]]]
+        return _train(cfg, feats[keep], ei, labels[keep], train_idx, args.epochs, args.seed)
+    return build_model(cfg, seed=args.seed).eval()
+
+
+def _requests(graph, a, csc, held, keep, new_id, feats, n_red: int) -> list:
+    """One request per held-out vertex (a loop over requests): an overlay with
+    the vertex as id ``n_red``, its features and its edges to kept vertices."""
+    import numpy as np
+
+    from gnn_faas.storage.overlay import GraphOverlay
+
     requests = []
-    for q in held:  # one request per held-out vertex (a loop over requests)
+    for q in held:
         ins = a.indices[a.indptr[q] : a.indptr[q + 1]]
         outs = csc.indices[csc.indptr[q] : csc.indptr[q + 1]]
         ins, outs = new_id[ins[keep[ins]]], new_id[outs[keep[outs]]]
@@ -238,6 +310,36 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             )
         ov = GraphOverlay.build(n_red, feats[q : q + 1], edges, graph.manifest.symmetrized)
         requests.append(ov)
+    return requests
+
+
+@dataclass(frozen=True)
+class _Serving:
+    """What serving a request needs: the bench's arguments (layers, repeats),
+    the reduced graph's fetcher, the compute model, the stored embeddings, the
+    requests and the new vertex's id."""
+
+    args: argparse.Namespace
+    fetcher: Any
+    update: Any
+    emb: Any
+    requests: list
+    n_red: int
+
+
+def _serve(s: _Serving, kind: str, budget: float = 0.0, policy: str = "") -> tuple:
+    """Every request served ``kind`` (``exact``: the whole k-hop graph;
+    ``srpe``: stored embeddings, ``budget`` of the candidates recomputed by
+    ``policy``), the fastest of ``--repeat`` runs each: ``(predictions,
+    seconds, sizes)``."""
+    import time
+
+    import numpy as np
+
+    from gnn_faas.functions.executor import LocalTransport, run_layers
+    from gnn_faas.storage.srpe_graph import build_srpe_graph
+
+    args, fetcher, update, emb = s.args, s.fetcher, s.update, s.emb
 
     def reads() -> int:
         return fetcher.reader.stats.round_trips + emb.reader.stats.round_trips
@@ -245,92 +347,87 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     def bytes_read() -> int:
         return fetcher.reader.stats.bytes_read + emb.reader.stats.bytes_read
 
-    def serve(kind: str, budget: float = 0.0, policy: str = "") -> tuple[np.ndarray, list, dict]:
-        preds, times = [], []
-        sizes = {"recomputed": [], "rows": [], "outputs": [], "graph_s": [], "reads": []}
-        sizes["bytes"] = []
-        target = np.array([n_red])
-        for ov in requests:
-            best, best_graph = float("inf"), 0.0
-            for _ in range(max(1, args.repeat)):  # the shared machine's noise: keep the fastest
-                reads0, bytes0 = reads(), bytes_read()
-                t = time.perf_counter()
-                tr = LocalTransport(fetcher, update, overlay=ov)
-                if kind == "exact":
-                    cg = fetcher.fetch(target, args.layers, degrees=True, overlay=ov)
-                    t_graph = time.perf_counter()
-                    out = run_layers(update.plan, cg, tr)
-                else:
-                    cg = build_srpe_graph(fetcher, target, args.layers, budget, policy, overlay=ov)
-                    t_graph = time.perf_counter()
-                    out = run_layers(update.plan, cg, tr, emb.rows)
-                end = time.perf_counter()
-                if end - t < best:
-                    best, best_graph = end - t, t_graph - t
-            times.append(best)
-            sizes["graph_s"].append(best_graph)
-            sizes["reads"].append(reads() - reads0)  # store round trips of one serving
-            sizes["bytes"].append(bytes_read() - bytes0)
-            sizes["rows"].append(cg.aggregated_rows())
-            if kind != "exact":
-                sizes["recomputed"].append(cg.recomputed.size)
-            preds.append(int(out[cg.target_index[0]].argmax()))
-            sizes["outputs"].append(out[cg.target_index[0]])
-        return np.array(preds), times, sizes
+    preds, times = [], []
+    sizes = {"recomputed": [], "rows": [], "outputs": [], "graph_s": [], "reads": []}
+    sizes["bytes"] = []
+    target = np.array([s.n_red])
+    for ov in s.requests:
+        best, best_graph = float("inf"), 0.0
+        for _ in range(max(1, args.repeat)):  # the shared machine's noise: keep the fastest
+            reads0, bytes0 = reads(), bytes_read()
+            t = time.perf_counter()
+            tr = LocalTransport(fetcher, update, overlay=ov)
+            if kind == "exact":
+                cg = fetcher.fetch(target, args.layers, degrees=True, overlay=ov)
+                t_graph = time.perf_counter()
+                out = run_layers(update.plan, cg, tr)
+            else:
+                cg = build_srpe_graph(fetcher, target, args.layers, budget, policy, overlay=ov)
+                t_graph = time.perf_counter()
+                out = run_layers(update.plan, cg, tr, emb.rows)
+            end = time.perf_counter()
+            if end - t < best:
+                best, best_graph = end - t, t_graph - t
+        times.append(best)
+        sizes["graph_s"].append(best_graph)
+        sizes["reads"].append(reads() - reads0)  # store round trips of one serving
+        sizes["bytes"].append(bytes_read() - bytes0)
+        sizes["rows"].append(cg.aggregated_rows())
+        if kind != "exact":
+            sizes["recomputed"].append(cg.recomputed.size)
+        preds.append(int(out[cg.target_index[0]].argmax()))
+        sizes["outputs"].append(out[cg.target_index[0]])
+    return np.array(preds), times, sizes
 
-    exact_pred, exact_t, exact_sizes = serve("exact")
-    truth = labels[held] if labelled else exact_pred
 
-    exact_out = np.stack(exact_sizes["outputs"])
+def _exact_row(accuracy: float, times: list, sizes: dict) -> dict:
+    """Exact serving's figures."""
+    import numpy as np
 
-    def rel_error(outputs: list) -> float:
-        """Mean ``||out - exact|| / ||exact||`` of the answers (scores)."""
-        diff = np.linalg.norm(np.stack(outputs) - exact_out, axis=1)
-        return float(np.mean(diff / np.maximum(np.linalg.norm(exact_out, axis=1), 1e-12)))
-
-    def acc(pred: np.ndarray) -> float:
-        return float((pred == truth).mean())
-
-    exact_p50 = float(np.median(exact_t) * 1e3)
-    out: dict[str, Any] = {
-        "graph": graph.name,
-        "queries": int(held.size),
-        "arch": args.arch,
-        "layers": args.layers,
-        "threads": args.threads,
-        "neighbourhoods": "full",
-        "accuracy_kind": "labels" if labelled else "agreement_with_exact",
-        "train_seconds": train_s,
-        "precompute_seconds": precompute_s,
-        "exact": {
-            "accuracy": acc(exact_pred),
-            "p50_ms": exact_p50,
-            "p90_ms": float(np.percentile(exact_t, 90) * 1e3),
-            "mean_ms": float(np.mean(exact_t) * 1e3),
-            "rows_mean": float(np.mean(exact_sizes["rows"])),
-            **_breakdown(exact_sizes),
-        },
-        "policies": {},
+    return {
+        "accuracy": accuracy,
+        "p50_ms": float(np.median(times) * 1e3),
+        "p90_ms": float(np.percentile(times, 90) * 1e3),
+        "mean_ms": float(np.mean(times) * 1e3),
+        "rows_mean": float(np.mean(sizes["rows"])),
+        **_breakdown(sizes),
     }
-    for policy in policies:
-        row = {}
-        for b in budgets:
-            pred, times, rec = serve("srpe", b, policy)
-            p50 = float(np.median(times) * 1e3)
-            row[f"{b:g}"] = {
-                "accuracy": acc(pred),
-                "p50_ms": p50,
-                "accuracy_drop_points": 100 * (acc(exact_pred) - acc(pred)),
-                "agreement_with_exact": float((pred == exact_pred).mean()),
-                "rel_error_mean": rel_error(rec["outputs"]),
-                "p90_ms": float(np.percentile(times, 90) * 1e3),
-                "mean_ms": float(np.mean(times) * 1e3),
-                "speedup_p50": exact_p50 / p50 if p50 > 0 else None,
-                "speedup_mean": float(np.mean(exact_t) / np.mean(times)),
-                "recomputed_mean": float(np.mean(rec["recomputed"])),
-                "rows_mean": float(np.mean(rec["rows"])),
-                **_breakdown(rec),
-            }
-        out["policies"][policy] = row
-    shutil.rmtree(tmp, ignore_errors=True)  # the checkpoint written for precompute
-    return out
+
+
+def _policy_row(
+    accuracy: float,
+    exact_accuracy: float,
+    pred,
+    exact_pred,
+    times: list,
+    exact_t: list,
+    rec: dict,
+    exact_out,
+) -> dict:
+    """One policy and budget's figures, beside exact serving's."""
+    import numpy as np
+
+    p50 = float(np.median(times) * 1e3)
+    exact_p50 = float(np.median(exact_t) * 1e3)
+    return {
+        "accuracy": accuracy,
+        "p50_ms": p50,
+        "accuracy_drop_points": 100 * (exact_accuracy - accuracy),
+        "agreement_with_exact": float((pred == exact_pred).mean()),
+        "rel_error_mean": _rel_error(rec["outputs"], exact_out),
+        "p90_ms": float(np.percentile(times, 90) * 1e3),
+        "mean_ms": float(np.mean(times) * 1e3),
+        "speedup_p50": exact_p50 / p50 if p50 > 0 else None,
+        "speedup_mean": float(np.mean(exact_t) / np.mean(times)),
+        "recomputed_mean": float(np.mean(rec["recomputed"])),
+        "rows_mean": float(np.mean(rec["rows"])),
+        **_breakdown(rec),
+    }
+
+
+def _rel_error(outputs: list, exact_out) -> float:
+    """Mean ``||out - exact|| / ||exact||`` of the answers (scores)."""
+    import numpy as np
+
+    diff = np.linalg.norm(np.stack(outputs) - exact_out, axis=1)
+    return float(np.mean(diff / np.maximum(np.linalg.norm(exact_out, axis=1), 1e-12)))
