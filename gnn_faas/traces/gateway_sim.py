@@ -263,6 +263,20 @@ def run_gateway(
         if progress is not None and i % step == 0:
             progress(i)
     run_until(np.inf)
+    return _gateway_run(stages, state, end_s, execution, dispatched, rows, members)
+
+
+def _gateway_run(
+    stages: list[_Pool],
+    state: BufferPoolState | None,
+    end_s: float,
+    execution: np.ndarray,
+    dispatched: np.ndarray,
+    rows: list[int],
+    members: list[list[int]],
+) -> GatewayRun:
+    """The finished run: the pools' instance lives up to the horizon (``end_s``
+    or the last execution's end), the buffers' close reasons and gate figures."""
     horizon = max(end_s, max((max(p.end, default=0.0) for p in stages), default=0.0))
     runs = [p.result(horizon) for p in stages]
     pools = runs[0] if len(runs) == 1 else TandemRun(runs[0], runs[1])
