@@ -29,12 +29,12 @@ class MeteredPool:
         self.pool = pool
         self.platform = platform
 
-    def submit(self, fn) -> Future:
+    def submit(self, fn, inline: bool = False) -> Future:
         def run(inst):
             with self.platform.busy(inst.id):
                 return fn(inst)
 
-        return self.pool.submit(run)
+        return self.pool.submit(run, inline=inline)
 
     def __getattr__(self, name):
         return getattr(self.pool, name)

@@ -179,12 +179,16 @@ class Orchestrator:
         self.clients = clients or ClientCache()
 
     # -- single calls ------------------------------------------------------------
-    def _memory(self, fn) -> Future:
-        return self.memory_pool.submit(lambda inst: fn(self.clients.memory(inst.url)))
+    # ``inline``: the call runs on this thread when an instance is idle (the
+    # thread would only wait for it), else it queues on the pool as any call
+    def _memory(self, fn, inline: bool = False) -> Future:
+        return self.memory_pool.submit(
+            lambda inst: fn(self.clients.memory(inst.url)), inline=inline
+        )
 
-    def _compute(self, fn, pool=None) -> Future:
+    def _compute(self, fn, pool=None, inline: bool = False) -> Future:
         pool = pool or self.compute_pool
-        return pool.submit(lambda inst: fn(self.clients.compute(inst.url)))
+        return pool.submit(lambda inst: fn(self.clients.compute(inst.url)), inline=inline)
 
     def compute_pool_for(self, predicted_rows: float) -> tuple[object, str]:
         """``(pool, device)`` of a run's Update: the GPU pool when there is one and
@@ -198,17 +202,17 @@ class Orchestrator:
         """Input rows of ``ids``: stored ones from a memory function, a new-vertex
         request's own ones from its ``overlay``."""
         if overlay is None or not overlay.is_new(ids).any():
-            return self._memory(lambda c: c.features(ids)).result()
+            return self._memory(lambda c: c.features(ids), inline=True).result()
         new = overlay.is_new(ids)
         out = np.empty((ids.size, overlay.features.shape[1]), np.float32)
         if (~new).any():
-            out[~new] = self._memory(lambda c: c.features(ids[~new])).result()
+            out[~new] = self._memory(lambda c: c.features(ids[~new]), inline=True).result()
         out[new] = overlay.rows(ids[new])
         return out
 
     def head(self, kind: str, **tensors: np.ndarray) -> np.ndarray:
         """Edge- or graph-level head on a compute function."""
-        return self._compute(lambda c: c.head(kind, **tensors)).result()
+        return self._compute(lambda c: c.head(kind, **tensors), inline=True).result()
 
     # -- a layer ---------------------------------------------------------------
     def _part(
@@ -223,7 +227,11 @@ class Orchestrator:
         stats: RunStats,
         overlay: GraphOverlay | None = None,
         pool=None,
+        inline: bool = False,
     ) -> Future:
+        """Aggregate then Update of destination rows ``[start, stop)``; ``inline``:
+        both calls on this thread when their pools have an idle instance."""
+        caller = threading.get_ident()
         sub, src_sel = compact_rows(block, start, stop)
         tensors: dict[str, np.ndarray] = {}
         h_part = None if h is None else np.ascontiguousarray(h[src_sel])
@@ -272,9 +280,12 @@ class Orchestrator:
                 stats.add_call("update", call_timing(client))
                 return res
 
-            return self._compute(post, pool)
+            # inline only on the caller's thread: a memory pool thread must not
+            # wait on a compute call
+            here = inline and threading.get_ident() == caller
+            return self._compute(post, pool, inline=here)
 
-        return _chain(self._memory(aggregate), update)
+        return _chain(self._memory(aggregate, inline=inline), update)
 
     def run(
         self,
@@ -303,15 +314,22 @@ class Orchestrator:
             extras: dict[str, np.ndarray] = {}
             if step.pre:
                 x = h if h is not None else self.features(cg.nodes[: block.num_src], overlay)
-                pre = self._compute(lambda c, x=x, s=step: c.pre(s.layer, x), pool).result()
+                pre = self._compute(
+                    lambda c, x=x, s=step: c.pre(s.layer, x), pool, inline=True
+                ).result()
                 h = pre["h"]
                 extras = {k: v for k, v in pre.items() if k != "h"}
             row_in = step.src_dim * 4
             row_out = step.agg_dim * 4
             parts = partition_layer(block, row_in, row_out, self.budget_bytes, self.runtime_bytes)
             stats.partitions.append(len(parts))
+            # the last partition runs on this thread (the others are out on the
+            # pools by then): a lone request's calls need no pool hand-off
             futures = [
-                self._part(step, block, a, b, cg, h, extras, stats, overlay, pool) for a, b in parts
+                self._part(
+                    step, block, a, b, cg, h, extras, stats, overlay, pool, i == len(parts) - 1
+                )
+                for i, (a, b) in enumerate(parts)
             ]
             h = np.concatenate([f.result() for f in futures]) if futures else h
             stats.aggregated_rows += block.num_dst

@@ -79,7 +79,7 @@ class InProcessPool:
         self.instance = SimpleNamespace(id=name, url=f"inproc://{name}")
         self.executor = ThreadPoolExecutor(max_workers=workers)
 
-    def submit(self, fn) -> Future:
+    def submit(self, fn, inline: bool = False) -> Future:
         return self.executor.submit(fn, self.instance)
 
 
