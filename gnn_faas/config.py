@@ -64,6 +64,10 @@ class GatewayConfig:
     header_timeout_s: float = 10.0  # first byte -> end of the header block
     body_timeout_s: float = 30.0  # end of the header block -> end of the body
     keepalive_s: float = 30.0  # an idle kept-alive connection is closed after this
+    # memory functions send their aggregate straight to the compute instance the
+    # gateway chose (one gateway call per partition and layer, not two); off where
+    # memory functions cannot reach the compute instances' URLs
+    forward_update: bool = True
 
 
 @dataclass(frozen=True)

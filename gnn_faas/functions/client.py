@@ -189,7 +189,16 @@ class FunctionClient:
                 message = resp.json()["error"]
             except (ValueError, KeyError, TypeError):
                 message = resp.text[:200] or f"HTTP {resp.status}"
+            if resp.headers.get(errors.FAILED_HEADER) == "forward":
+                raise errors.ForwardFailed(f"{self.role} function: {message}")
             raise error_for_status(resp.status, f"{self.role} function: {message}")
+        return resp
+
+    def post_encoded(self, path: str, body: bytes) -> Reply:
+        """POST an encoded frame; the answer as it came (a frame, not decoded)."""
+        resp = self._request("POST", path, body, {"Content-Type": FRAME_MIME})
+        if resp.headers.get("Content-Type", "").split(";")[0] != FRAME_MIME:
+            raise errors.GnnFaasError(f"{self.role} function answered without a frame")
         return resp
 
     def _frame(self, resp: Reply) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -209,13 +218,31 @@ class FunctionClient:
         t3 = time.perf_counter()
         server = server_timing(resp.headers.get("Server-Timing", ""))
         app, server_serde = server.get("app", 0.0) / 1e3, server.get("serde", 0.0) / 1e3
+        # a call the function forwarded (``forward``: its duration seen by the
+        # function; ``forward_app``/``forward_serde``: the next function's own
+        # figures) is that call's timing, and not this one's work
+        fwd = server.get("forward", 0.0) / 1e3
+        self._timing.forwarded = None
+        if "forward" in server:
+            fwd_app = server.get("forward_app", 0.0) / 1e3
+            fwd_serde = server.get("forward_serde", 0.0) / 1e3
+            self._timing.forwarded = CallTiming(
+                total=fwd,
+                serde=fwd_serde,
+                work=max(fwd_app - fwd_serde, 0.0),
+                transport=max(fwd - fwd_app, 0.0),
+            )
         self._timing.last = CallTiming(
-            total=t3 - t0,
+            total=t3 - t0 - fwd,
             serde=(t1 - t0) + (t3 - t2) + server_serde,
-            work=max(app - server_serde, 0.0),
+            work=max(app - server_serde - fwd, 0.0),
             transport=max((t2 - t1) - app, 0.0),
         )
         return out
+
+    def forwarded_timing(self) -> CallTiming | None:
+        """The timing of the call the calling thread's last frame call forwarded."""
+        return getattr(self._timing, "forwarded", None)
 
     def post_json(self, path: str, obj: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict]:
         body = json.dumps(obj, separators=(",", ":")).encode()
@@ -271,10 +298,14 @@ class MemoryClient(FunctionClient):
         return_root: bool = False,
         partial: bool = False,
         include_self: bool = True,
+        forward: tuple[str, int] | None = None,
     ) -> dict[str, np.ndarray]:
         """Aggregate ``block`` (local CSR) over the rows of ``src_ids`` (global):
         ``h`` when given, else the memory side's input rows. Returns ``{"agg"[,
-        "root"]}`` or, with ``partial``, the partial state."""
+        "root"]}`` or, with ``partial``, the partial state. ``forward=(url,
+        layer)``: the memory function sends the aggregate straight to the
+        compute function at ``url`` (Update of ``layer``, stage ``post``) and
+        answers with its ``{"h"}``; :meth:`forwarded_timing` is that call's."""
         tensors = {
             "indptr": np.asarray(block.indptr, dtype=np.int64),
             "indices": np.asarray(block.indices, dtype=np.int64),
@@ -296,6 +327,8 @@ class MemoryClient(FunctionClient):
             "partial": bool(partial),
             "include_self": bool(include_self),
         }
+        if forward is not None:
+            params["forward_url"], params["forward_layer"] = str(forward[0]), int(forward[1])
         out, _ = self.post_frame("/v1/aggregate", tensors, params)
         return out
 

@@ -122,5 +122,7 @@ def build_model_functions(
         budget_bytes=memory_mb(serving, model) * 2**20,
         runtime_bytes=p.runtime_mb * 2**20,
         clients=ClientCache(pool_size=serving.gateway.threads),
+        # memory functions reach compute instances only where each has its own URL
+        forward=serving.gateway.forward_update and platform.addresses_instances,
     )
     return ModelFunctions(memory_spec, compute_spec, memory_pool, compute_pool, orchestrator)

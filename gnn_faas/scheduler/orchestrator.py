@@ -8,6 +8,13 @@ submitted to the compute pool the moment its Aggregate returns, so the memory
 functions aggregate partition ``p + 1`` while a compute function updates
 partition ``p``: communication and computation overlap (λGrapher 3.5).
 Layers are a barrier: layer ``l + 1`` reads every row layer ``l`` produced.
+
+With ``forward`` (λGrapher's pipeline), a partition is one call from the
+gateway: the memory function sends its aggregate straight to the compute
+instance the gateway chose through the compute pool and answers with
+Update's rows, so the aggregate never travels back through the gateway and
+the gateway makes one call per partition and layer instead of two. The two
+calls stay HTTP calls between the three processes.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gnn_faas import errors
 from gnn_faas.functions.client import CallTiming, ComputeClient, MemoryClient
 from gnn_faas.functions.layer_plan import LayerStep, ModelPlan
 from gnn_faas.scheduler.partitioner import partition_layer
@@ -94,6 +102,16 @@ class RunStats:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
 
+class _MemoryFailed(Exception):
+    """A memory instance's own failure inside a compute-pool call: not the
+    compute instance's (the compute pool must not drop it); re-raised as
+    ``cause`` to the memory pool."""
+
+    def __init__(self, cause: BaseException):
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 def call_timing(client) -> CallTiming | None:
     """The client's last call's timing (None for a client that keeps none)."""
     last = getattr(client, "last_timing", None)
@@ -167,6 +185,7 @@ class Orchestrator:
         clients: ClientCache | None = None,
         gpu_compute_pool=None,
         placement=None,
+        forward: bool = False,
     ):
         self.plan = plan
         self.memory_pool = memory_pool
@@ -177,6 +196,9 @@ class Orchestrator:
         self.budget_bytes = int(budget_bytes)
         self.runtime_bytes = int(runtime_bytes)
         self.clients = clients or ClientCache()
+        # memory functions send their aggregate straight to the compute function
+        # (module docstring); off where they cannot reach its instance URLs
+        self.forward = bool(forward)
 
     # -- single calls ------------------------------------------------------------
     # ``inline``: the call runs on this thread when an instance is idle (the
@@ -252,6 +274,8 @@ class Orchestrator:
             + sub.indices.nbytes
             + (0 if h_part is None else h_part.nbytes)
         )
+        if self.forward:
+            return self._forwarded(step, sub, src_ids, h_part, tensors, stats, pool, inline)
 
         def aggregate(client: MemoryClient):
             t0 = time.perf_counter()
@@ -286,6 +310,70 @@ class Orchestrator:
             return self._compute(post, pool, inline=here)
 
         return _chain(self._memory(aggregate, inline=inline), update)
+
+    def _forwarded(
+        self,
+        step: LayerStep,
+        sub: Block,
+        src_ids: np.ndarray,
+        h_part: np.ndarray | None,
+        tensors: dict[str, np.ndarray],
+        stats: RunStats,
+        pool=None,
+        inline: bool = False,
+    ) -> Future:
+        """One partition's Aggregate and Update as one call: the memory pool picks
+        a memory instance, the compute pool a compute instance (both load-aware),
+        and the memory function forwards its aggregate to that compute instance.
+        Both instances are held for the call. A compute instance that cannot be
+        reached is dropped and the call retried on another one (the memory
+        instance stays); a memory instance that fails is dropped and retried by
+        the memory pool."""
+        compute_pool = pool or self.compute_pool
+        # what Update receives: agg rows, and the root rows of a layer that takes them
+        to_compute = sub.num_dst * (step.agg_dim + (step.src_dim if step.return_root else 0)) * 4
+
+        def on_memory(memory_instance):
+            client = self.clients.memory(memory_instance.url)
+
+            def on_compute(compute_instance):
+                t0 = time.perf_counter()
+                try:
+                    out = client.aggregate(
+                        step.op,
+                        sub,
+                        src_ids,
+                        h_part,
+                        tensors,
+                        eps=step.eps,
+                        negative_slope=step.negative_slope,
+                        return_root=step.return_root,
+                        forward=(compute_instance.url, step.layer),
+                    )
+                except errors.ForwardFailed as exc:  # the compute instance's failure
+                    raise errors.Unavailable(str(exc)) from None
+                except errors.Unavailable as exc:  # the memory instance's own
+                    raise _MemoryFailed(exc) from None
+                own, fwd = call_timing(client), client.forwarded_timing()
+                total = time.perf_counter() - t0
+                update_s = 0.0 if fwd is None else fwd.total
+                stats.add(
+                    aggregate_seconds=total - update_s,
+                    update_seconds=update_s,
+                    bytes_to_compute=to_compute,
+                )
+                stats.add_call("aggregate", own)
+                stats.add_call("update", fwd)
+                return out["h"]
+
+            try:
+                return compute_pool.submit(on_compute, inline=True).result()
+            except _MemoryFailed as exc:
+                raise exc.cause from None
+            except errors.Unavailable as exc:  # not the memory instance's fault
+                raise errors.ForwardFailed(f"no compute function answered: {exc}") from None
+
+        return self.memory_pool.submit(on_memory, inline=inline)
 
     def run(
         self,
