@@ -299,13 +299,16 @@ class MemoryClient(FunctionClient):
         partial: bool = False,
         include_self: bool = True,
         forward: tuple[str, int] | None = None,
+        forward_pre_next: bool = False,
     ) -> dict[str, np.ndarray]:
         """Aggregate ``block`` (local CSR) over the rows of ``src_ids`` (global):
         ``h`` when given, else the memory side's input rows. Returns ``{"agg"[,
         "root"]}`` or, with ``partial``, the partial state. ``forward=(url,
         layer)``: the memory function sends the aggregate straight to the
         compute function at ``url`` (Update of ``layer``, stage ``post``) and
-        answers with its ``{"h"}``; :meth:`forwarded_timing` is that call's."""
+        answers with its ``{"h"}`` (``forward_pre_next``: Update also runs
+        layer ``layer + 1``'s pre, see :meth:`ComputeClient.post_pre`);
+        :meth:`forwarded_timing` is that call's."""
         tensors = {
             "indptr": np.asarray(block.indptr, dtype=np.int64),
             "indices": np.asarray(block.indices, dtype=np.int64),
@@ -329,6 +332,7 @@ class MemoryClient(FunctionClient):
         }
         if forward is not None:
             params["forward_url"], params["forward_layer"] = str(forward[0]), int(forward[1])
+            params["forward_pre_next"] = bool(forward_pre_next)
         out, _ = self.post_frame("/v1/aggregate", tensors, params)
         return out
 
@@ -355,6 +359,17 @@ class ComputeClient(FunctionClient):
             tensors["root"] = np.asarray(root, np.float32)
         out, _ = self.post_frame("/v1/update", tensors, {"layer": int(layer), "stage": "post"})
         return out["h"]
+
+    def post_pre(
+        self, layer: int, agg: np.ndarray, root: np.ndarray | None = None
+    ) -> dict[str, np.ndarray]:
+        """:meth:`post` of ``layer`` then :meth:`pre` of ``layer + 1``, one call."""
+        tensors = {"agg": np.asarray(agg, np.float32)}
+        if root is not None:
+            tensors["root"] = np.asarray(root, np.float32)
+        params = {"layer": int(layer), "stage": "post", "pre_next": True}
+        out, _ = self.post_frame("/v1/update", tensors, params)
+        return out
 
     def head(self, kind: str, **tensors: np.ndarray) -> np.ndarray:
         """``head("edge", h_u=..., h_v=...)`` -> scores; ``head("graph", h=...,

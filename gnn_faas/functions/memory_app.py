@@ -25,9 +25,9 @@ Endpoints (frames are ``application/x-gnn-faas-frame``, see
   ``src_ids`` are read through the feature cache), optional ``deg_src``,
   ``deg_dst`` (gcn), ``alpha_src``, ``alpha_dst`` (gat); params ``op``,
   ``num_dst``, ``dst_offset``, ``eps``, ``negative_slope``, ``return_root``,
-  ``partial``, ``include_self``; optional ``forward_url``, ``forward_layer``:
-  send the aggregate straight to that compute function's ``/v1/update``
-  (stage ``post``) and answer with its frame ``h`` (λGrapher's pipeline: the
+  ``partial``, ``include_self``; optional ``forward_url``, ``forward_layer``
+  (and ``forward_pre_next``): send the aggregate straight to that compute
+  function's ``/v1/update`` (stage ``post``) and answer with its frame ``h`` (λGrapher's pipeline: the
   gateway chose the compute instance; ``Server-Timing`` adds ``forward``,
   ``forward_app``, ``forward_serde``; an unreachable compute function is a 502
   with ``X-Gnn-Faas-Failed: forward``). A new-vertex request's source ids may lie
@@ -258,9 +258,10 @@ def _ids_param(tensors: dict, params: dict, key: str) -> np.ndarray:
 
 
 # -- forwarding to a compute function (λGrapher's pipeline) ----------------------------
-def forward_target(params: dict) -> tuple[str, int] | None:
-    """``(compute URL, layer)`` of an aggregate call that asks for its aggregate to
-    go straight to Update (params ``forward_url``, ``forward_layer``), else ``None``."""
+def forward_target(params: dict) -> tuple[str, int, bool] | None:
+    """``(compute URL, layer, pre_next)`` of an aggregate call that asks for its
+    aggregate to go straight to Update (params ``forward_url``, ``forward_layer``,
+    ``forward_pre_next``), else ``None``."""
     url = params_get(params, "forward_url", str, None)
     if url is None:
         return None
@@ -270,7 +271,7 @@ def forward_target(params: dict) -> tuple[str, int] | None:
         raise InvalidRequest("forward_url must be an http(s) URL of a compute function")
     if layer < 0:
         raise InvalidRequest("forward_layer must be >= 0")
-    return url, layer
+    return url, layer, params_get(params, "forward_pre_next", bool, False)
 
 
 class UpdateForwarder:
@@ -440,11 +441,16 @@ class MemoryFunction:
         return predicted_size(self.graph, self.fetcher.reader, targets)
 
     def aggregate_request(
-        self, tensors: dict, params: dict, forward_layer: int | None = None
+        self,
+        tensors: dict,
+        params: dict,
+        forward_layer: int | None = None,
+        pre_next: bool = False,
     ) -> bytes:
         """The answer frame of an aggregate call; with ``forward_layer``, the
-        frame of the Update call (layer ``forward_layer``, stage ``post``) that
-        carries its ``agg`` (and ``root``) to a compute function instead."""
+        frame of the Update call (layer ``forward_layer``, stage ``post``, and
+        ``pre_next``) that carries its ``agg`` (and ``root``) to a compute
+        function instead."""
         call = parse_aggregate(tensors, params)
         stored = self._split_new(call)
         if forward_layer is not None and call.partial:
@@ -458,7 +464,8 @@ class MemoryFunction:
             out = execute_aggregate(call, rows)
             if forward_layer is None:
                 return encode_frame(out)
-            return encode_frame(out, {"layer": forward_layer, "stage": "post"})
+            params = {"layer": forward_layer, "stage": "post", "pre_next": pre_next}
+            return encode_frame(out, params)
 
         pinned = call.src_ids[stored] if call.h is None else None
         return self.cache.run(work, shape=call.shape(self.feature_dim), pinned=pinned)
@@ -572,8 +579,8 @@ def create_memory_app(cfg: MemoryFunctionConfig) -> Flask:
         target = forward_target(params)
         if target is None:
             return encoded_frame_response(fn.aggregate_request(tensors, params))
-        url, layer = target
-        body = fn.aggregate_request(tensors, params, forward_layer=layer)
+        url, layer, pre_next = target
+        body = fn.aggregate_request(tensors, params, forward_layer=layer, pre_next=pre_next)
         return encoded_frame_response(forwards.update(url, body))
 
     @app.post("/v1/features")

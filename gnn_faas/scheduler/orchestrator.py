@@ -32,7 +32,7 @@ from gnn_faas.functions.layer_plan import LayerStep, ModelPlan
 from gnn_faas.scheduler.partitioner import partition_layer
 from gnn_faas.storage.computation_graph import Block, ComputationGraph
 from gnn_faas.storage.overlay import GraphOverlay
-from gnn_faas.storage.srpe_graph import extend_sources
+from gnn_faas.storage.srpe_graph import SrpeGraph, extend_sources
 
 
 def compact_rows(block: Block, start: int, stop: int) -> tuple[Block, np.ndarray]:
@@ -250,9 +250,12 @@ class Orchestrator:
         overlay: GraphOverlay | None = None,
         pool=None,
         inline: bool = False,
+        pre_next: bool = False,
     ) -> Future:
-        """Aggregate then Update of destination rows ``[start, stop)``; ``inline``:
-        both calls on this thread when their pools have an idle instance."""
+        """Aggregate then Update of destination rows ``[start, stop)``: a future of
+        Update's ``{"h"}`` or, with ``pre_next``, of the next layer's pre of those
+        rows (one compute call). ``inline``: both calls on this thread when their
+        pools have an idle instance."""
         caller = threading.get_ident()
         sub, src_sel = compact_rows(block, start, stop)
         tensors: dict[str, np.ndarray] = {}
@@ -275,7 +278,9 @@ class Orchestrator:
             + (0 if h_part is None else h_part.nbytes)
         )
         if self.forward:
-            return self._forwarded(step, sub, src_ids, h_part, tensors, stats, pool, inline)
+            return self._forwarded(
+                step, sub, src_ids, h_part, tensors, stats, pool, inline, pre_next
+            )
 
         def aggregate(client: MemoryClient):
             t0 = time.perf_counter()
@@ -299,7 +304,10 @@ class Orchestrator:
 
             def post(client: ComputeClient):
                 t0 = time.perf_counter()
-                res = client.post(step.layer, agg, root)
+                if pre_next:
+                    res = client.post_pre(step.layer, agg, root)
+                else:
+                    res = {"h": client.post(step.layer, agg, root)}
                 stats.add(update_seconds=time.perf_counter() - t0)
                 stats.add_call("update", call_timing(client))
                 return res
@@ -321,8 +329,10 @@ class Orchestrator:
         stats: RunStats,
         pool=None,
         inline: bool = False,
+        pre_next: bool = False,
     ) -> Future:
-        """One partition's Aggregate and Update as one call: the memory pool picks
+        """One partition's Aggregate and Update (``pre_next``: and the next
+        layer's pre) as one call: the memory pool picks
         a memory instance, the compute pool a compute instance (both load-aware),
         and the memory function forwards its aggregate to that compute instance.
         Both instances are held for the call. A compute instance that cannot be
@@ -349,6 +359,7 @@ class Orchestrator:
                         negative_slope=step.negative_slope,
                         return_root=step.return_root,
                         forward=(compute_instance.url, step.layer),
+                        forward_pre_next=pre_next,
                     )
                 except errors.ForwardFailed as exc:  # the compute instance's failure
                     raise errors.Unavailable(str(exc)) from None
@@ -364,7 +375,7 @@ class Orchestrator:
                 )
                 stats.add_call("aggregate", own)
                 stats.add_call("update", fwd)
-                return out["h"]
+                return out
 
             try:
                 return compute_pool.submit(on_compute, inline=True).result()
@@ -396,30 +407,50 @@ class Orchestrator:
         pool, stats.device = self.compute_pool_for(rows)
         t_start = time.perf_counter()
         h: np.ndarray | None = None
-        for step in self.plan.steps:
+        # a layer's pre is row-wise: the Update calls of the layer before run it
+        # on their own rows (one compute call instead of two per partition),
+        # except over SRPE's stored boundary rows, which join the sources later
+        fuse = not isinstance(cg, SrpeGraph)
+        steps = self.plan.steps
+        fused: dict[str, np.ndarray] | None = None  # the pre the last layer ran
+        for i, step in enumerate(steps):
             block = cg.block(step.layer)
             h = extend_sources(cg, step.layer, h, embeddings)
             extras: dict[str, np.ndarray] = {}
-            if step.pre:
+            if step.pre and fused is not None:
+                h = fused["h"]
+                extras = {k: v for k, v in fused.items() if k != "h"}
+            elif step.pre:
                 x = h if h is not None else self.features(cg.nodes[: block.num_src], overlay)
-                pre = self._compute(
-                    lambda c, x=x, s=step: c.pre(s.layer, x), pool, inline=True
-                ).result()
+
+                def run_pre(c: ComputeClient, x=x, s=step) -> dict[str, np.ndarray]:
+                    out = c.pre(s.layer, x)
+                    stats.add_call("pre", call_timing(c))
+                    return out
+
+                pre = self._compute(run_pre, pool, inline=True).result()
                 h = pre["h"]
                 extras = {k: v for k, v in pre.items() if k != "h"}
+            pre_next = fuse and i + 1 < len(steps) and steps[i + 1].pre
             row_in = step.src_dim * 4
             row_out = step.agg_dim * 4
             parts = partition_layer(block, row_in, row_out, self.budget_bytes, self.runtime_bytes)
             stats.partitions.append(len(parts))
             # the last partition runs on this thread (the others are out on the
             # pools by then): a lone request's calls need no pool hand-off
+            last = len(parts) - 1
             futures = [
                 self._part(
-                    step, block, a, b, cg, h, extras, stats, overlay, pool, i == len(parts) - 1
+                    step, block, a, b, cg, h, extras, stats, overlay, pool, p == last, pre_next
                 )
-                for i, (a, b) in enumerate(parts)
+                for p, (a, b) in enumerate(parts)
             ]
-            h = np.concatenate([f.result() for f in futures]) if futures else h
+            outs = [f.result() for f in futures]
+            fused = None
+            if outs:
+                h = np.concatenate([o["h"] for o in outs])
+                if pre_next:
+                    fused = {k: np.concatenate([o[k] for o in outs]) for k in outs[0]}
             stats.aggregated_rows += block.num_dst
         stats.wall_seconds = time.perf_counter() - t_start
         return h, stats

@@ -66,12 +66,17 @@ class InProcessCompute:
         self.first_post = first_post
 
     def pre(self, layer, h):
+        self.calls.append(("pre", layer, h.shape[0]))
         return self.model.pre(layer, h)
 
     def post(self, layer, agg, root=None):
         self.first_post.set()
         self.calls.append(("post", layer, agg.shape[0]))
         return self.model.post(layer, agg, root)
+
+    def post_pre(self, layer, agg, root=None):
+        self.calls.append(("post_pre", layer, agg.shape[0]))
+        return self.model.pre(layer + 1, self.post(layer, agg, root))
 
 
 class InProcessPool:
@@ -133,7 +138,10 @@ def test_partitioned_pipelined_run_equals_run_layers(tmp_path, name):
     assert stats.partitions[0] > 1  # layer 1 really was partitioned
     assert stats.aggregated_rows == cg.layer_sizes[1] + cg.layer_sizes[2]
     # every destination row aggregated and updated exactly once per layer
-    posts = {layer: sum(n for kind, lyr, n in comp_calls if lyr == layer) for layer in (1, 2)}
+    posts = {
+        layer: sum(n for kind, lyr, n in comp_calls if kind == "post" and lyr == layer)
+        for layer in (1, 2)
+    }
     assert posts == {1: cg.layer_sizes[1], 2: cg.layer_sizes[2]}
     # pipelining: partition 0's Update started while later partitions still waited
     # for their Aggregate (each later Aggregate found the first Update running)
@@ -246,7 +254,9 @@ class ForwardingMemory:
         self.inner, self.computes, self.fail = inner, computes, fail
         self.forwarded: list[str] = []
 
-    def aggregate(self, op, block, src_ids, h=None, extras=None, forward=None, **kw):
+    def aggregate(
+        self, op, block, src_ids, h=None, extras=None, forward=None, forward_pre_next=False, **kw
+    ):
         out = self.inner.aggregate(op, block, src_ids, h, extras, **kw)
         if forward is None:
             return out
@@ -254,7 +264,10 @@ class ForwardingMemory:
         self.forwarded.append(url)
         if url in self.fail:
             raise errors.ForwardFailed(f"forwarding to {url} failed")
-        return {"h": self.computes[url].post(layer, out["agg"], out.get("root"))}
+        compute = self.computes[url]
+        if forward_pre_next:
+            return compute.post_pre(layer, out["agg"], out.get("root"))
+        return {"h": compute.post(layer, out["agg"], out.get("root"))}
 
     def forwarded_timing(self):
         return None
@@ -287,6 +300,11 @@ def test_forwarded_run_equals_run_layers(tmp_path, name):
     assert stats.partitions[0] > 1
     assert len(memory.forwarded) == sum(stats.partitions)  # Update only through the memory side
     assert [c for c in compute.calls if c[0] == "post"] and stats.bytes_to_compute > 0
+    # a layer 2 with a pre stage (gcn transforming first, gat) has it run by
+    # layer 1's Update calls, per partition, never as a call of its own
+    kinds = {(kind, layer) for kind, layer, _ in compute.calls}
+    assert ("pre", 2) not in kinds
+    assert (("post_pre", 1) in kinds) == plan.steps[1].pre
 
 
 def test_forwarding_failures_drop_the_instance_at_fault(tmp_path):
