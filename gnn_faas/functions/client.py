@@ -378,6 +378,30 @@ class ComputeClient(FunctionClient):
         return out["score" if kind == "edge" else "readout"]
 
 
+def aggregate_step(
+    memory: MemoryClient,
+    step: LayerStep,
+    block: Block,
+    src_ids: np.ndarray,
+    h: np.ndarray | None,
+    extras: dict[str, np.ndarray],
+    **kw: Any,
+) -> dict[str, np.ndarray]:
+    """``memory.aggregate`` with the layer step's operator and parameters
+    (``kw``: e.g. ``forward``, ``forward_pre_next``)."""
+    return memory.aggregate(
+        step.op,
+        block,
+        src_ids,
+        h,
+        extras,
+        eps=step.eps,
+        negative_slope=step.negative_slope,
+        return_root=step.return_root,
+        **kw,
+    )
+
+
 class HttpTransport:
     """:class:`~gnn_faas.functions.executor.Transport` over a memory and a compute function."""
 
@@ -393,16 +417,7 @@ class HttpTransport:
         src_ids: np.ndarray,
         extras: dict[str, np.ndarray],
     ) -> dict[str, np.ndarray]:
-        return self.memory.aggregate(
-            step.op,
-            block,
-            src_ids,
-            h_src,
-            extras,
-            eps=step.eps,
-            negative_slope=step.negative_slope,
-            return_root=step.return_root,
-        )
+        return aggregate_step(self.memory, step, block, src_ids, h_src, extras)
 
     def features(self, ids: np.ndarray) -> np.ndarray:
         return self.memory.features(ids)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gnn_faas import errors
-from gnn_faas.functions.client import CallTiming, ComputeClient, MemoryClient
+from gnn_faas.functions.client import CallTiming, ComputeClient, MemoryClient, aggregate_step
 from gnn_faas.functions.layer_plan import LayerStep, ModelPlan
 from gnn_faas.scheduler.partitioner import partition_layer
 from gnn_faas.storage.computation_graph import Block, ComputationGraph
@@ -284,16 +284,7 @@ class Orchestrator:
 
         def aggregate(client: MemoryClient):
             t0 = time.perf_counter()
-            out = client.aggregate(
-                step.op,
-                sub,
-                src_ids,
-                h_part,
-                tensors,
-                eps=step.eps,
-                negative_slope=step.negative_slope,
-                return_root=step.return_root,
-            )
+            out = aggregate_step(client, step, sub, src_ids, h_part, tensors)
             stats.add(aggregate_seconds=time.perf_counter() - t0)
             stats.add_call("aggregate", call_timing(client))
             return out
@@ -349,15 +340,13 @@ class Orchestrator:
             def on_compute(compute_instance):
                 t0 = time.perf_counter()
                 try:
-                    out = client.aggregate(
-                        step.op,
+                    out = aggregate_step(
+                        client,
+                        step,
                         sub,
                         src_ids,
                         h_part,
                         tensors,
-                        eps=step.eps,
-                        negative_slope=step.negative_slope,
-                        return_root=step.return_root,
                         forward=(compute_instance.url, step.layer),
                         forward_pre_next=pre_next,
                     )
