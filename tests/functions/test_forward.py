@@ -76,3 +76,25 @@ def test_forwarding_errors(memory, served_compute):  # noqa: F811
     with pytest.raises(errors.InvalidRequest, match="memory function: compute function"):
         memory.aggregate(step.op, block, src, forward=(base, 7), **kw)
     assert memory.ready()  # the memory function serves on
+
+
+def test_a_function_behind_a_path_prefix(fetcher, tmp_path):  # noqa: F811
+    """A platform URL may carry a path (OpenFaaS: ``/function/NAME``): the
+    client's connection pool keeps it in front of every call."""
+    from werkzeug.exceptions import NotFound
+    from werkzeug.middleware.dispatcher import DispatcherMiddleware
+
+    make_model("gcn", 2, fetcher, tmp_path)
+    app = create_compute_app(str(tmp_path / "ckpt"), device="cpu", threads=1)
+    routed = DispatcherMiddleware(NotFound(), {"/function/compute": app})
+    server = make_server("127.0.0.1", 0, routed, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with ComputeClient(f"http://127.0.0.1:{server.server_port}/function/compute/") as c:
+            assert c.ready() and c.model()["config"]["arch"] == "gcn"
+        with ComputeClient(f"http://127.0.0.1:{server.server_port}") as c:
+            assert not c.ready()  # the same server without the prefix: nothing there
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
