@@ -64,6 +64,12 @@ class GatewayConfig:
     header_timeout_s: float = 10.0  # first byte -> end of the header block
     body_timeout_s: float = 30.0  # end of the header block -> end of the body
     keepalive_s: float = 30.0  # an idle kept-alive connection is closed after this
+    # memory functions send their aggregate straight to the compute instance the
+    # gateway chose (one gateway call per partition and layer, not two; used only
+    # where the platform addresses instances). Off by default: measured, the hop
+    # from the memory function (which traces allocations for its memory protocol)
+    # was slower than the gateway's own call (README, "Low load")
+    forward_update: bool = False
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,7 @@ GATEWAY = _section(
         "header_timeout_s": _num(above=0, hi=_HOUR),
         "body_timeout_s": _num(above=0, hi=_HOUR),
         "keepalive_s": _num(1, _HOUR),
+        "forward_update": _BOOL,
     }
 )
 LIMITS = _section(

@@ -82,6 +82,17 @@ class Unavailable(GnnFaasError):
     retry_after_s: float = 1.0
 
 
+class ForwardFailed(GnnFaasError):
+    """A function could not reach the function it forwards its result to (a
+    memory function sending its aggregate to a compute function): the next
+    stage is at fault, not this one (502, named in ``X-Gnn-Faas-Failed``)."""
+
+    http_status = 502
+
+
+FAILED_HEADER = "X-Gnn-Faas-Failed"
+
+
 def http_status(exc: BaseException) -> int:
     """The HTTP status an exception maps to: its ``http_status`` for a
     :class:`GnnFaasError`, else 500 (an unexpected fault of ours)."""
@@ -92,7 +103,9 @@ def http_status(exc: BaseException) -> int:
 
 def http_headers(exc: BaseException) -> dict[str, str]:
     """Extra response headers for an error: ``Retry-After`` (whole seconds, at
-    least 1) on every 503."""
+    least 1) on every 503; ``X-Gnn-Faas-Failed: forward`` on a :class:`ForwardFailed`."""
+    if isinstance(exc, ForwardFailed):
+        return {FAILED_HEADER: "forward"}
     if http_status(exc) == 503:
         seconds = getattr(exc, "retry_after_s", 1.0)
         return {"Retry-After": str(max(1, int(-(-float(seconds) // 1))))}

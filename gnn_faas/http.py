@@ -123,7 +123,11 @@ def install(app: Flask, max_content_length: int = DEFAULT_MAX_BYTES) -> Flask:
             timer.record(dt, resp.status_code)
             # the handler's time, and of it the frames' (de)serialisation
             serde = getattr(g, "gnn_faas_serde", 0.0)
-            resp.headers["Server-Timing"] = f"app;dur={dt * 1e3:.3f}, serde;dur={serde * 1e3:.3f}"
+            timing = f"app;dur={dt * 1e3:.3f}, serde;dur={serde * 1e3:.3f}"
+            # a handler's own entries (a memory function's forwarded call)
+            for name, ms in getattr(g, "gnn_faas_timing", {}).items():
+                timing += f", {name};dur={ms:.3f}"
+            resp.headers["Server-Timing"] = timing
         return resp
 
     return app
@@ -146,6 +150,13 @@ def read_frame() -> tuple[dict, dict]:
         return decode_frame(body, max_bytes=limit)
     finally:
         _count_serde(time.perf_counter() - t0)
+
+
+def add_server_timing(name: str, ms: float) -> None:
+    """One more ``Server-Timing`` entry on this request's answer (milliseconds)."""
+    if not hasattr(g, "gnn_faas_timing"):
+        g.gnn_faas_timing = {}
+    g.gnn_faas_timing[name] = float(ms)
 
 
 def _count_serde(seconds: float) -> None:

@@ -14,7 +14,9 @@ Endpoints (frames are ``application/x-gnn-faas-frame``):
 - ``GET /v1/model`` -> ``{"config": <config.json>, "device", "threads", "plan"}``;
 - ``POST /v1/update`` params ``{"layer": l, "stage": "pre"|"post"}``: ``pre``
   takes ``h`` and answers ``h`` (gat also ``alpha_src``, ``alpha_dst``);
-  ``post`` takes ``agg`` (+ ``root`` for sage) and answers ``h``;
+  ``post`` takes ``agg`` (+ ``root`` for sage) and answers ``h``; with
+  ``"pre_next": true`` it runs layer ``l + 1``'s ``pre`` on that ``h`` too
+  and answers what ``pre`` does (one call instead of two: ``pre`` is row-wise);
 - ``POST /v1/head`` params ``{"kind": "edge"|"graph"}``: edge takes ``h_u``,
   ``h_v`` and answers ``score``; graph takes ``h`` and ``segments`` (int64)
   and answers ``readout``;
@@ -137,8 +139,11 @@ def create_compute_app(
             _only(tensors, {"agg", "root"})
             agg = _writable(require(tensors, "agg", "float32", (2, 3)))
             root = require(tensors, "root", "float32", 2, optional=True)
+            pre_next = params_get(params, "pre_next", bool, False)
             with run_lock:
                 out = {"h": model.post(layer, agg, None if root is None else _writable(root))}
+                if pre_next:  # the next layer's pre: row-wise, so per partition
+                    out = model.pre(layer + 1, out["h"])
         else:
             raise InvalidRequest(f"stage must be 'pre' or 'post', got {stage!r}")
         counts[stage] += 1

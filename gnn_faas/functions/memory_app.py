@@ -25,7 +25,12 @@ Endpoints (frames are ``application/x-gnn-faas-frame``, see
   ``src_ids`` are read through the feature cache), optional ``deg_src``,
   ``deg_dst`` (gcn), ``alpha_src``, ``alpha_dst`` (gat); params ``op``,
   ``num_dst``, ``dst_offset``, ``eps``, ``negative_slope``, ``return_root``,
-  ``partial``, ``include_self``. A new-vertex request's source ids may lie
+  ``partial``, ``include_self``; optional ``forward_url``, ``forward_layer``
+  (and ``forward_pre_next``): send the aggregate straight to that compute
+  function's ``/v1/update`` (stage ``post``) and answer with its frame ``h`` (λGrapher's pipeline: the
+  gateway chose the compute instance; ``Server-Timing`` adds ``forward``,
+  ``forward_app``, ``forward_serde``; an unreachable compute function is a 502
+  with ``X-Gnn-Faas-Failed: forward``). A new-vertex request's source ids may lie
   beyond the stored graph (``>= num_nodes``, see ``gateway/new_vertices.py``):
   their input rows travel in ``new_x`` float32 ``[k, d]``, one row per such
   source id in ``src_ids`` order; they are used, never cached. Answer: ``agg`` (+ ``root``), or with
@@ -45,6 +50,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
+import time
 import tracemalloc
 from dataclasses import dataclass
 from typing import Any
@@ -52,8 +59,9 @@ from typing import Any
 import numpy as np
 from flask import Flask, jsonify
 
-from gnn_faas.errors import InvalidRequest
+from gnn_faas.errors import ForwardFailed, InvalidRequest, Unavailable
 from gnn_faas.functions.aggregate import AGGREGATE_OPS, aggregate, partial_aggregate
+from gnn_faas.functions.client import ComputeClient, server_timing
 from gnn_faas.functions.feature_cache import (
     DEFAULT_DECAY_EVERY,
     DEFAULT_DEGREE_WEIGHT,
@@ -63,7 +71,13 @@ from gnn_faas.functions.feature_cache import (
 from gnn_faas.functions.memory_limit import detect_memory_limit, rss_bytes
 from gnn_faas.functions.metrics import install_metrics, memory_families
 from gnn_faas.functions.peak_predictor import PeakPredictor, RequestShape, bundled_predictor_path
-from gnn_faas.http import encoded_frame_response, error_response, install, read_frame
+from gnn_faas.http import (
+    add_server_timing,
+    encoded_frame_response,
+    error_response,
+    install,
+    read_frame,
+)
 from gnn_faas.storage.computation_graph import Block, cg_from_tensors, cg_tensors
 from gnn_faas.storage.fetcher import KHopFetcher
 from gnn_faas.storage.format import open_graph
@@ -243,6 +257,62 @@ def _ids_param(tensors: dict, params: dict, key: str) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+# -- forwarding to a compute function (λGrapher's pipeline) ----------------------------
+def forward_target(params: dict) -> tuple[str, int, bool] | None:
+    """``(compute URL, layer, pre_next)`` of an aggregate call that asks for its
+    aggregate to go straight to Update (params ``forward_url``, ``forward_layer``,
+    ``forward_pre_next``), else ``None``."""
+    url = params_get(params, "forward_url", str, None)
+    if url is None:
+        return None
+    layer = params_get(params, "forward_layer", int)
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in ("http", "https") or len(url) > 2048:
+        raise InvalidRequest("forward_url must be an http(s) URL of a compute function")
+    if layer < 0:
+        raise InvalidRequest("forward_layer must be >= 0")
+    return url, layer, params_get(params, "forward_pre_next", bool, False)
+
+
+class UpdateForwarder:
+    """Sends an aggregate to the compute function the gateway chose and hands
+    back its answer frame unread: the gateway makes one call per partition and
+    layer instead of two, and the aggregate never travels back to it.
+
+    One keep-alive client per compute URL (the most recent ``max_clients``).
+    An unreachable compute function is a 502 :class:`ForwardFailed` (its
+    header tells the gateway that the compute instance failed, not this one);
+    a compute function's own error keeps its status."""
+
+    def __init__(self, max_clients: int = 32, pool_size: int = 4):
+        self.max_clients = int(max_clients)
+        self.pool_size = int(pool_size)
+        self._clients: dict[str, ComputeClient] = {}
+        self._lock = threading.Lock()
+
+    def client(self, url: str) -> ComputeClient:
+        with self._lock:
+            c = self._clients.pop(url, None)
+            if c is None:
+                c = ComputeClient(url, pool_size=self.pool_size)
+            self._clients[url] = c  # most recent last
+            while len(self._clients) > self.max_clients:
+                self._clients.pop(next(iter(self._clients))).close()
+            return c
+
+    def update(self, url: str, body: bytes) -> bytes:
+        t0 = time.perf_counter()
+        try:
+            reply = self.client(url).post_encoded("/v1/update", body)
+        except Unavailable as exc:
+            raise ForwardFailed(f"forwarding to the compute function failed: {exc}") from None
+        server = server_timing(reply.headers.get("Server-Timing", ""))
+        add_server_timing("forward", (time.perf_counter() - t0) * 1e3)
+        add_server_timing("forward_app", server.get("app", 0.0))
+        add_server_timing("forward_serde", server.get("serde", 0.0))
+        return reply.content
+
+
 # -- the instance --------------------------------------------------------------------
 class MemoryFunction:
     """State of one memory function worker (graph, fetcher, cache, figures)."""
@@ -370,16 +440,32 @@ class MemoryFunction:
             return None
         return predicted_size(self.graph, self.fetcher.reader, targets)
 
-    def aggregate_request(self, tensors: dict, params: dict) -> bytes:
+    def aggregate_request(
+        self,
+        tensors: dict,
+        params: dict,
+        forward_layer: int | None = None,
+        pre_next: bool = False,
+    ) -> bytes:
+        """The answer frame of an aggregate call; with ``forward_layer``, the
+        frame of the Update call (layer ``forward_layer``, stage ``post``, and
+        ``pre_next``) that carries its ``agg`` (and ``root``) to a compute
+        function instead."""
         call = parse_aggregate(tensors, params)
         stored = self._split_new(call)
+        if forward_layer is not None and call.partial:
+            raise InvalidRequest("a partial aggregate cannot be forwarded to Update")
         self.counts["aggregate"] += 1
 
         def work() -> bytes:
             rows = call.h
             if rows is None:
                 rows = self._source_rows(call, stored)
-            return encode_frame(execute_aggregate(call, rows))
+            out = execute_aggregate(call, rows)
+            if forward_layer is None:
+                return encode_frame(out)
+            params = {"layer": forward_layer, "stage": "post", "pre_next": pre_next}
+            return encode_frame(out, params)
 
         pinned = call.src_ids[stored] if call.h is None else None
         return self.cache.run(work, shape=call.shape(self.feature_dim), pinned=pinned)
@@ -454,6 +540,7 @@ class MemoryFunction:
 def create_memory_app(cfg: MemoryFunctionConfig) -> Flask:
     """The memory function's Flask app (opens the graph and allocates the cache now)."""
     fn = MemoryFunction(cfg)
+    forwards = UpdateForwarder()
     app = install(Flask("gnn_faas.memory"), max_content_length=cfg.max_body_bytes)
     app.extensions["gnn_faas_memory"] = fn
     timer = app.extensions["gnn_faas_timer"]
@@ -488,7 +575,13 @@ def create_memory_app(cfg: MemoryFunctionConfig) -> Flask:
 
     @app.post("/v1/aggregate")
     def aggregate_():
-        return encoded_frame_response(fn.aggregate_request(*read_frame()))
+        tensors, params = read_frame()
+        target = forward_target(params)
+        if target is None:
+            return encoded_frame_response(fn.aggregate_request(tensors, params))
+        url, layer, pre_next = target
+        body = fn.aggregate_request(tensors, params, forward_layer=layer, pre_next=pre_next)
+        return encoded_frame_response(forwards.update(url, body))
 
     @app.post("/v1/features")
     def features():

@@ -2,8 +2,10 @@
 
 A closed buffer runs merged (``graph_sharing``: one execution of the union of
 its computation graphs, each request reading its own rows) or each of its
-requests on its own (``no_sharing``; ``request_centric`` has no buffers). Every
-answer carries the same figures (:func:`execution_info`), and under the
+requests on its own (``no_sharing``; ``request_centric`` has no buffers). A buffer
+the work-conserving gate dispatched alone as its request arrived (reason
+``"idle"``) runs on that request's thread, without a hand-off to the execution
+pool. Every answer carries the same figures (:func:`execution_info`), and under the
 work-conserving gate (:mod:`gnn_faas.gateway.work_conserving`) each merged
 execution's end is reported to the buffers, which may release the backlog.
 """
@@ -121,7 +123,13 @@ class Executions:
         }
         if self.merged:  # one execution of several requests: its own trace, linked to theirs
             trace = request_id.for_execution(p.trace for p in pendings)
-            self.executor.submit(request_id.traced(trace, self.run_merged), pendings, info)
+            run = request_id.traced(trace, self.run_merged)
+            if closed.reason == "idle":
+                # dispatched alone as it arrived: closed on the request's own
+                # thread, which would only wait for the answer, so it runs here
+                run(pendings, info)
+            else:
+                self.executor.submit(run, pendings, info)
         else:
             self.run_separately(pendings, info)
 

@@ -339,6 +339,7 @@ class FunctionPool:
         self.retries = 0
         self.failures = 0
         self.launch_failures = 0
+        self.inline_runs = 0  # items run on the submitting thread (submit(inline=True))
         self._failed_launches_in_a_row = 0
         self._started = False
 
@@ -368,7 +369,13 @@ class FunctionPool:
             return bool(p.warm()) or p.n_instances < p.max_instances
 
     # -- work ---------------------------------------------------------------------
-    def submit(self, fn: Callable[[Any], T]) -> Future:
+    def submit(self, fn: Callable[[Any], T], inline: bool = False) -> Future:
+        """Run ``fn(instance)`` on the instance the policy picks; a future of its result.
+
+        ``inline``: when the policy runs the item at once (an idle warm
+        instance), run it on the calling thread instead of handing it to a pool
+        thread (the caller would only wait for it): the future is done on
+        return. Queued work, launches and retries still go through the pool."""
         fut: Future = Future()
         with self._lock:
             if self._closed:
@@ -377,7 +384,11 @@ class FunctionPool:
             self._work[key] = _Work(fn, fut)
             self.submitted += 1
             actions = self.policy.submit(key)
-        self._execute(actions)
+            here = [a for a in actions if inline and isinstance(a, Run) and a.item == key]
+            self.inline_runs += len(here)
+        self._execute([a for a in actions if a not in here])
+        for a in here:
+            self._do_run(a.instance, a.item)
         return fut
 
     def _execute(self, actions: list[Action]) -> None:
@@ -561,6 +572,7 @@ class FunctionPool:
                 "pending": len(p.pending),
                 "steals": p.steals,
                 "retries": self.retries,
+                "inline_runs": self.inline_runs,
                 "instance_failures": self.failures,
                 **p.wait_percentiles(),
             }

@@ -29,12 +29,12 @@ class MeteredPool:
         self.pool = pool
         self.platform = platform
 
-    def submit(self, fn) -> Future:
+    def submit(self, fn, inline: bool = False) -> Future:
         def run(inst):
             with self.platform.busy(inst.id):
                 return fn(inst)
 
-        return self.pool.submit(run)
+        return self.pool.submit(run, inline=inline)
 
     def __getattr__(self, name):
         return getattr(self.pool, name)
@@ -122,5 +122,7 @@ def build_model_functions(
         budget_bytes=memory_mb(serving, model) * 2**20,
         runtime_bytes=p.runtime_mb * 2**20,
         clients=ClientCache(pool_size=serving.gateway.threads),
+        # memory functions reach compute instances only where each has its own URL
+        forward=serving.gateway.forward_update and platform.addresses_instances,
     )
     return ModelFunctions(memory_spec, compute_spec, memory_pool, compute_pool, orchestrator)

@@ -8,6 +8,13 @@ submitted to the compute pool the moment its Aggregate returns, so the memory
 functions aggregate partition ``p + 1`` while a compute function updates
 partition ``p``: communication and computation overlap (λGrapher 3.5).
 Layers are a barrier: layer ``l + 1`` reads every row layer ``l`` produced.
+
+With ``forward`` (λGrapher's pipeline), a partition is one call from the
+gateway: the memory function sends its aggregate straight to the compute
+instance the gateway chose through the compute pool and answers with
+Update's rows, so the aggregate never travels back through the gateway and
+the gateway makes one call per partition and layer instead of two. The two
+calls stay HTTP calls between the three processes.
 """
 
 from __future__ import annotations
@@ -19,12 +26,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gnn_faas.functions.client import CallTiming, ComputeClient, MemoryClient
+from gnn_faas import errors
+from gnn_faas.functions.client import CallTiming, ComputeClient, MemoryClient, aggregate_step
 from gnn_faas.functions.layer_plan import LayerStep, ModelPlan
 from gnn_faas.scheduler.partitioner import partition_layer
 from gnn_faas.storage.computation_graph import Block, ComputationGraph
 from gnn_faas.storage.overlay import GraphOverlay
-from gnn_faas.storage.srpe_graph import extend_sources
+from gnn_faas.storage.srpe_graph import SrpeGraph, extend_sources
 
 
 def compact_rows(block: Block, start: int, stop: int) -> tuple[Block, np.ndarray]:
@@ -92,6 +100,16 @@ class RunStats:
 
     def as_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
+
+class _MemoryFailed(Exception):
+    """A memory instance's own failure inside a compute-pool call: not the
+    compute instance's (the compute pool must not drop it); re-raised as
+    ``cause`` to the memory pool."""
+
+    def __init__(self, cause: BaseException):
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 def call_timing(client) -> CallTiming | None:
@@ -167,6 +185,7 @@ class Orchestrator:
         clients: ClientCache | None = None,
         gpu_compute_pool=None,
         placement=None,
+        forward: bool = False,
     ):
         self.plan = plan
         self.memory_pool = memory_pool
@@ -177,14 +196,21 @@ class Orchestrator:
         self.budget_bytes = int(budget_bytes)
         self.runtime_bytes = int(runtime_bytes)
         self.clients = clients or ClientCache()
+        # memory functions send their aggregate straight to the compute function
+        # (module docstring); off where they cannot reach its instance URLs
+        self.forward = bool(forward)
 
     # -- single calls ------------------------------------------------------------
-    def _memory(self, fn) -> Future:
-        return self.memory_pool.submit(lambda inst: fn(self.clients.memory(inst.url)))
+    # ``inline``: the call runs on this thread when an instance is idle (the
+    # thread would only wait for it), else it queues on the pool as any call
+    def _memory(self, fn, inline: bool = False) -> Future:
+        return self.memory_pool.submit(
+            lambda inst: fn(self.clients.memory(inst.url)), inline=inline
+        )
 
-    def _compute(self, fn, pool=None) -> Future:
+    def _compute(self, fn, pool=None, inline: bool = False) -> Future:
         pool = pool or self.compute_pool
-        return pool.submit(lambda inst: fn(self.clients.compute(inst.url)))
+        return pool.submit(lambda inst: fn(self.clients.compute(inst.url)), inline=inline)
 
     def compute_pool_for(self, predicted_rows: float) -> tuple[object, str]:
         """``(pool, device)`` of a run's Update: the GPU pool when there is one and
@@ -198,17 +224,17 @@ class Orchestrator:
         """Input rows of ``ids``: stored ones from a memory function, a new-vertex
         request's own ones from its ``overlay``."""
         if overlay is None or not overlay.is_new(ids).any():
-            return self._memory(lambda c: c.features(ids)).result()
+            return self._memory(lambda c: c.features(ids), inline=True).result()
         new = overlay.is_new(ids)
         out = np.empty((ids.size, overlay.features.shape[1]), np.float32)
         if (~new).any():
-            out[~new] = self._memory(lambda c: c.features(ids[~new])).result()
+            out[~new] = self._memory(lambda c: c.features(ids[~new]), inline=True).result()
         out[new] = overlay.rows(ids[new])
         return out
 
     def head(self, kind: str, **tensors: np.ndarray) -> np.ndarray:
         """Edge- or graph-level head on a compute function."""
-        return self._compute(lambda c: c.head(kind, **tensors)).result()
+        return self._compute(lambda c: c.head(kind, **tensors), inline=True).result()
 
     # -- a layer ---------------------------------------------------------------
     def _part(
@@ -223,7 +249,14 @@ class Orchestrator:
         stats: RunStats,
         overlay: GraphOverlay | None = None,
         pool=None,
+        inline: bool = False,
+        pre_next: bool = False,
     ) -> Future:
+        """Aggregate then Update of destination rows ``[start, stop)``: a future of
+        Update's ``{"h"}`` or, with ``pre_next``, of the next layer's pre of those
+        rows (one compute call). ``inline``: both calls on this thread when their
+        pools have an idle instance."""
+        caller = threading.get_ident()
         sub, src_sel = compact_rows(block, start, stop)
         tensors: dict[str, np.ndarray] = {}
         h_part = None if h is None else np.ascontiguousarray(h[src_sel])
@@ -244,19 +277,14 @@ class Orchestrator:
             + sub.indices.nbytes
             + (0 if h_part is None else h_part.nbytes)
         )
+        if self.forward:
+            return self._forwarded(
+                step, sub, src_ids, h_part, tensors, stats, pool, inline, pre_next
+            )
 
         def aggregate(client: MemoryClient):
             t0 = time.perf_counter()
-            out = client.aggregate(
-                step.op,
-                sub,
-                src_ids,
-                h_part,
-                tensors,
-                eps=step.eps,
-                negative_slope=step.negative_slope,
-                return_root=step.return_root,
-            )
+            out = aggregate_step(client, step, sub, src_ids, h_part, tensors)
             stats.add(aggregate_seconds=time.perf_counter() - t0)
             stats.add_call("aggregate", call_timing(client))
             return out
@@ -267,14 +295,85 @@ class Orchestrator:
 
             def post(client: ComputeClient):
                 t0 = time.perf_counter()
-                res = client.post(step.layer, agg, root)
+                if pre_next:
+                    res = client.post_pre(step.layer, agg, root)
+                else:
+                    res = {"h": client.post(step.layer, agg, root)}
                 stats.add(update_seconds=time.perf_counter() - t0)
                 stats.add_call("update", call_timing(client))
                 return res
 
-            return self._compute(post, pool)
+            # inline only on the caller's thread: a memory pool thread must not
+            # wait on a compute call
+            here = inline and threading.get_ident() == caller
+            return self._compute(post, pool, inline=here)
 
-        return _chain(self._memory(aggregate), update)
+        return _chain(self._memory(aggregate, inline=inline), update)
+
+    def _forwarded(
+        self,
+        step: LayerStep,
+        sub: Block,
+        src_ids: np.ndarray,
+        h_part: np.ndarray | None,
+        tensors: dict[str, np.ndarray],
+        stats: RunStats,
+        pool=None,
+        inline: bool = False,
+        pre_next: bool = False,
+    ) -> Future:
+        """One partition's Aggregate and Update (``pre_next``: and the next
+        layer's pre) as one call: the memory pool picks
+        a memory instance, the compute pool a compute instance (both load-aware),
+        and the memory function forwards its aggregate to that compute instance.
+        Both instances are held for the call. A compute instance that cannot be
+        reached is dropped and the call retried on another one (the memory
+        instance stays); a memory instance that fails is dropped and retried by
+        the memory pool."""
+        compute_pool = pool or self.compute_pool
+        # what Update receives: agg rows, and the root rows of a layer that takes them
+        to_compute = sub.num_dst * (step.agg_dim + (step.src_dim if step.return_root else 0)) * 4
+
+        def on_memory(memory_instance):
+            client = self.clients.memory(memory_instance.url)
+
+            def on_compute(compute_instance):
+                t0 = time.perf_counter()
+                try:
+                    out = aggregate_step(
+                        client,
+                        step,
+                        sub,
+                        src_ids,
+                        h_part,
+                        tensors,
+                        forward=(compute_instance.url, step.layer),
+                        forward_pre_next=pre_next,
+                    )
+                except errors.ForwardFailed as exc:  # the compute instance's failure
+                    raise errors.Unavailable(str(exc)) from None
+                except errors.Unavailable as exc:  # the memory instance's own
+                    raise _MemoryFailed(exc) from None
+                own, fwd = call_timing(client), client.forwarded_timing()
+                total = time.perf_counter() - t0
+                update_s = 0.0 if fwd is None else fwd.total
+                stats.add(
+                    aggregate_seconds=total - update_s,
+                    update_seconds=update_s,
+                    bytes_to_compute=to_compute,
+                )
+                stats.add_call("aggregate", own)
+                stats.add_call("update", fwd)
+                return out
+
+            try:
+                return compute_pool.submit(on_compute, inline=True).result()
+            except _MemoryFailed as exc:
+                raise exc.cause from None
+            except errors.Unavailable as exc:  # not the memory instance's fault
+                raise errors.ForwardFailed(f"no compute function answered: {exc}") from None
+
+        return self.memory_pool.submit(on_memory, inline=inline)
 
     def run(
         self,
@@ -297,23 +396,50 @@ class Orchestrator:
         pool, stats.device = self.compute_pool_for(rows)
         t_start = time.perf_counter()
         h: np.ndarray | None = None
-        for step in self.plan.steps:
+        # a layer's pre is row-wise: the Update calls of the layer before run it
+        # on their own rows (one compute call instead of two per partition),
+        # except over SRPE's stored boundary rows, which join the sources later
+        fuse = not isinstance(cg, SrpeGraph)
+        steps = self.plan.steps
+        fused: dict[str, np.ndarray] | None = None  # the pre the last layer ran
+        for i, step in enumerate(steps):
             block = cg.block(step.layer)
             h = extend_sources(cg, step.layer, h, embeddings)
             extras: dict[str, np.ndarray] = {}
-            if step.pre:
+            if step.pre and fused is not None:
+                h = fused["h"]
+                extras = {k: v for k, v in fused.items() if k != "h"}
+            elif step.pre:
                 x = h if h is not None else self.features(cg.nodes[: block.num_src], overlay)
-                pre = self._compute(lambda c, x=x, s=step: c.pre(s.layer, x), pool).result()
+
+                def run_pre(c: ComputeClient, x=x, s=step) -> dict[str, np.ndarray]:
+                    out = c.pre(s.layer, x)
+                    stats.add_call("pre", call_timing(c))
+                    return out
+
+                pre = self._compute(run_pre, pool, inline=True).result()
                 h = pre["h"]
                 extras = {k: v for k, v in pre.items() if k != "h"}
+            pre_next = fuse and i + 1 < len(steps) and steps[i + 1].pre
             row_in = step.src_dim * 4
             row_out = step.agg_dim * 4
             parts = partition_layer(block, row_in, row_out, self.budget_bytes, self.runtime_bytes)
             stats.partitions.append(len(parts))
+            # the last partition runs on this thread (the others are out on the
+            # pools by then): a lone request's calls need no pool hand-off
+            last = len(parts) - 1
             futures = [
-                self._part(step, block, a, b, cg, h, extras, stats, overlay, pool) for a, b in parts
+                self._part(
+                    step, block, a, b, cg, h, extras, stats, overlay, pool, p == last, pre_next
+                )
+                for p, (a, b) in enumerate(parts)
             ]
-            h = np.concatenate([f.result() for f in futures]) if futures else h
+            outs = [f.result() for f in futures]
+            fused = None
+            if outs:
+                h = np.concatenate([o["h"] for o in outs])
+                if pre_next:
+                    fused = {k: np.concatenate([o[k] for o in outs]) for k in outs[0]}
             stats.aggregated_rows += block.num_dst
         stats.wall_seconds = time.perf_counter() - t_start
         return h, stats

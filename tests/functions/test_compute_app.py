@@ -246,3 +246,27 @@ def test_served_compute_function_pulls_its_checkpoint_from_the_store(models, tmp
                            capture_output=True, text=True, timeout=60)  # fmt: skip
         assert r.returncode == 2 and message in r.stderr, r.stderr
         assert "Traceback" not in r.stderr
+
+
+def test_post_with_pre_next_runs_the_next_layers_pre(models):
+    """``pre_next``: one call answers what ``post`` of layer 1 then ``pre`` of
+    layer 2 do (gat's attention terms too); a model whose next layer has no pre
+    stage is a 400."""
+    for name in ("gcn", "gat"):
+        client, model, _ = models[name]
+        step = model.plan.steps[0]
+        shape = (5, step.heads, step.agg_dim // step.heads) if name == "gat" else (5, step.agg_dim)
+        agg = RNG.standard_normal(shape).astype(np.float32)
+        resp = post(client, "/v1/update", {"agg": agg}, {"layer": 1, "stage": "post",
+                                                         "pre_next": True})  # fmt: skip
+        assert resp.status_code == 200, resp.get_json()
+        got, _ = decode_frame(resp.data)
+        want = model.pre(2, model.post(1, agg))
+        assert set(got) == set(want) and len(got) == (3 if name == "gat" else 1)
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+    client, model, _ = models["sage"]
+    agg = rows(3, model.plan.steps[0].agg_dim)
+    resp = post(client, "/v1/update", {"agg": agg, "root": rows(3, 12)},
+                {"layer": 1, "stage": "post", "pre_next": True})  # fmt: skip
+    assert resp.status_code == 400 and "no pre stage" in resp.get_json()["error"]

@@ -250,3 +250,31 @@ def test_memory_instances_killed_mid_burst_lose_no_request(served):
     again = infer(stack.url, vertex_request([11, 12]))
     assert again.status_code == 200
     np.testing.assert_allclose(output(again, "scores"), reference[[11, 12]], RTOL, ATOL)
+
+
+def test_forwarded_pipeline_equals_pyg(served):
+    """``gateway.forward_update``: memory functions send their aggregates straight
+    to the compute instance the gateway chose (real processes, real HTTP); lone
+    requests and a burst answer as PyG does, and the answers still report the
+    Update calls (forwarded) apart from the Aggregate calls."""
+    served_stack, reference, graph = served
+    config = {
+        "store": served_stack.config["store"],
+        "gateway": {"admission": False, "forward_update": True},
+        "platform": {"memory_function_mb": 256, "compute_function_mb": 512,
+                     "max_memory_instances": 2, "max_compute_instances": 2},
+        "models": [{"name": MODEL, "graph": "bitcoin-otc", "dataset": "bitcoin-otc",
+                    "checkpoint": served_stack.config["models"][0]["checkpoint"],
+                    "max_targets": 64, "slo_s": 20.0}],
+    }  # fmt: skip
+    order = graph.read_blob("request_order")
+    with Stack(config, ready_timeout_s=120) as stack:
+        lone = [infer(stack.url, vertex_request([int(t)])) for t in order[:3]]
+        batches = [order[i : i + 2].tolist() for i in range(0, 24, 2)]
+        responses = lone + burst(stack.url, batches)
+        for targets, resp in zip([[int(t)] for t in order[:3]] + batches, responses):
+            assert resp.status_code == 200, resp.text
+            np.testing.assert_allclose(output(resp, "scores"), reference[targets], RTOL, ATOL)
+            b = resp.json()["parameters"]["breakdown_ms"]
+            assert b["aggregate"]["calls"] >= 2 and b["update"]["calls"] == b["aggregate"]["calls"]
+            assert b["update"]["work_ms"] > 0

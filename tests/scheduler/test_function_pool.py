@@ -5,6 +5,7 @@ FunctionPool retries work of a failing instance elsewhere."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from concurrent.futures import wait
 from dataclasses import dataclass
@@ -355,3 +356,41 @@ def test_function_pool_runs_work_and_callbacks_in_the_submitters_context():
         assert pool.submit(lambda inst: request_id.current()).result(timeout=10) is None
     finally:
         pool.stop()
+
+
+def _wait_for(cond, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.005)
+
+
+def test_inline_submit_runs_on_the_caller_when_an_instance_is_idle():
+    pool = FunctionPool("memory", FakePlatform().launch, FakeClock(), max_instances=1)
+    pool.start()
+    try:
+        # no warm instance yet: the work waits for the launch on a pool thread
+        first = pool.submit(lambda inst: threading.get_ident(), inline=True)
+        assert first.result(timeout=10) != threading.get_ident()
+        _wait_for(lambda: pool.idle_instances() != [])
+        # an idle warm instance: the call ran on this thread and is done on return
+        here = pool.submit(lambda inst: (threading.get_ident(), inst.id), inline=True)
+        assert here.done() and here.result() == (threading.get_ident(), 1)
+        assert pool.stats["inline_runs"] == 1
+        # the only instance busy: an inline submit queues like any other
+        gate = threading.Event()
+        busy = pool.submit(lambda inst: gate.wait(10))
+        _wait_for(lambda: pool.idle_instances() == [])
+        queued = pool.submit(lambda inst: threading.get_ident(), inline=True)
+        assert not queued.done()
+        gate.set()
+        assert busy.result(timeout=10) is True
+        assert queued.result(timeout=10) != threading.get_ident()
+        assert pool.stats["inline_runs"] == 1 and pool.stats["completed"] == 4
+        # an error raised inline reaches the future, and the instance serves on
+        bad = pool.submit(lambda inst: (_ for _ in ()).throw(InvalidRequest("bad")), inline=True)
+        with pytest.raises(InvalidRequest):
+            bad.result(timeout=0)
+        assert pool.submit(lambda inst: 7, inline=True).result(timeout=0) == 7
+    finally:
+        pool.close()

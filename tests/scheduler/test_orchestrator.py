@@ -10,6 +10,7 @@ order.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import SimpleNamespace
@@ -17,6 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from gnn_faas import errors
 from gnn_faas.functions.aggregate import aggregate
 from gnn_faas.functions.executor import LocalTransport, run_layers
 from gnn_faas.functions.layer_plan import ModelPlan
@@ -64,12 +66,17 @@ class InProcessCompute:
         self.first_post = first_post
 
     def pre(self, layer, h):
+        self.calls.append(("pre", layer, h.shape[0]))
         return self.model.pre(layer, h)
 
     def post(self, layer, agg, root=None):
         self.first_post.set()
         self.calls.append(("post", layer, agg.shape[0]))
         return self.model.post(layer, agg, root)
+
+    def post_pre(self, layer, agg, root=None):
+        self.calls.append(("post_pre", layer, agg.shape[0]))
+        return self.model.pre(layer + 1, self.post(layer, agg, root))
 
 
 class InProcessPool:
@@ -79,7 +86,7 @@ class InProcessPool:
         self.instance = SimpleNamespace(id=name, url=f"inproc://{name}")
         self.executor = ThreadPoolExecutor(max_workers=workers)
 
-    def submit(self, fn) -> Future:
+    def submit(self, fn, inline: bool = False) -> Future:
         return self.executor.submit(fn, self.instance)
 
 
@@ -131,7 +138,10 @@ def test_partitioned_pipelined_run_equals_run_layers(tmp_path, name):
     assert stats.partitions[0] > 1  # layer 1 really was partitioned
     assert stats.aggregated_rows == cg.layer_sizes[1] + cg.layer_sizes[2]
     # every destination row aggregated and updated exactly once per layer
-    posts = {layer: sum(n for kind, lyr, n in comp_calls if lyr == layer) for layer in (1, 2)}
+    posts = {
+        layer: sum(n for kind, lyr, n in comp_calls if kind == "post" and lyr == layer)
+        for layer in (1, 2)
+    }
     assert posts == {1: cg.layer_sizes[1], 2: cg.layer_sizes[2]}
     # pipelining: partition 0's Update started while later partitions still waited
     # for their Aggregate (each later Aggregate found the first Update running)
@@ -233,3 +243,115 @@ def test_new_vertices_and_srpe_through_the_orchestrator(tmp_path, name):
     expected = run_layers(plan, sg, LocalTransport(fetcher, update, overlay=ov), emb.rows)
     got, _ = orch.run(sg, overlay=ov, embeddings=emb.rows)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+class ForwardingMemory:
+    """A memory function that, asked to, sends its aggregate to the compute
+    function at the URL the orchestrator chose (``computes[url]``) and answers
+    with Update's rows; ``fail`` names compute URLs it cannot reach."""
+
+    def __init__(self, inner, computes: dict, fail: frozenset = frozenset()):
+        self.inner, self.computes, self.fail = inner, computes, fail
+        self.forwarded: list[str] = []
+
+    def aggregate(
+        self, op, block, src_ids, h=None, extras=None, forward=None, forward_pre_next=False, **kw
+    ):
+        out = self.inner.aggregate(op, block, src_ids, h, extras, **kw)
+        if forward is None:
+            return out
+        url, layer = forward
+        self.forwarded.append(url)
+        if url in self.fail:
+            raise errors.ForwardFailed(f"forwarding to {url} failed")
+        compute = self.computes[url]
+        if forward_pre_next:
+            return compute.post_pre(layer, out["agg"], out.get("root"))
+        return {"h": compute.post(layer, out["agg"], out.get("root"))}
+
+    def forwarded_timing(self):
+        return None
+
+    def features(self, ids):
+        return self.inner.features(ids)
+
+
+@pytest.mark.parametrize("name", ["gcn", "sage-mean", "gat"])
+def test_forwarded_run_equals_run_layers(tmp_path, name):
+    """Memory functions forwarding their aggregate to the compute instance the
+    orchestrator chose: the same rows as Aggregate and Update called apart,
+    partitioned (sage's root rows travel along), one forwarded call per part."""
+    fetcher = cora_fetcher(tmp_path / "store")
+    _, update = make_model(name, 2, fetcher, tmp_path)
+    plan = ModelPlan.from_config(update.config)
+    cg = fetcher.fetch(np.random.default_rng(3).choice(2708, 40, replace=False), 2, degrees=True)
+    expected = run_layers(plan, cg, LocalTransport(fetcher, update))
+    first_post = threading.Event()
+    first_post.set()
+    compute = InProcessCompute(update, [], first_post)
+    inner = InProcessMemory(LocalTransport(fetcher, update), [], first_post)
+    memory = ForwardingMemory(inner, {"inproc://compute": compute})
+    orch = Orchestrator(
+        plan, InProcessPool("memory"), InProcessPool("compute"), budget_bytes=64 * 1024,
+        clients=InProcessClients(memory, compute), forward=True,
+    )  # fmt: skip
+    got, stats = orch.run(cg)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    assert stats.partitions[0] > 1
+    assert len(memory.forwarded) == sum(stats.partitions)  # Update only through the memory side
+    assert [c for c in compute.calls if c[0] == "post"] and stats.bytes_to_compute > 0
+    # a layer 2 with a pre stage (gcn transforming first, gat) has it run by
+    # layer 1's Update calls, per partition, never as a call of its own
+    kinds = {(kind, layer) for kind, layer, _ in compute.calls}
+    assert ("pre", 2) not in kinds
+    assert (("post_pre", 1) in kinds) == plan.steps[1].pre
+
+
+def test_forwarding_failures_drop_the_instance_at_fault(tmp_path):
+    """A compute instance the memory function cannot reach is dropped and the
+    call retried on another compute instance, the memory instance kept; a
+    memory instance that fails is dropped by the memory pool, the compute kept."""
+    from gnn_faas.clock import FakeClock
+    from gnn_faas.scheduler.function_pool import FunctionPool
+
+    fetcher = cora_fetcher(tmp_path / "store")
+    _, update = make_model("gcn", 2, fetcher, tmp_path)
+    plan = ModelPlan.from_config(update.config)
+    cg = fetcher.fetch(np.array([3, 17]), 2, degrees=True)
+    expected = run_layers(plan, cg, LocalTransport(fetcher, update))
+    first_post = threading.Event()
+    first_post.set()
+    compute = InProcessCompute(update, [], first_post)
+    inner = InProcessMemory(LocalTransport(fetcher, update), [], first_post)
+    urls = {f"http://compute-{i}": compute for i in (1, 2, 3)}
+    memory = ForwardingMemory(inner, urls, fail=frozenset({"http://compute-1"}))
+
+    def launcher(kind):
+        ids = itertools.count(1)
+        return lambda: SimpleNamespace(id=(i := next(ids)), url=f"http://{kind}-{i}")
+
+    dropped: list[str] = []
+    mem_pool = FunctionPool("m", launcher("memory"), FakeClock(), 2, on_failed=dropped.append)
+    comp_pool = FunctionPool("c", launcher("compute"), FakeClock(), 2, on_failed=dropped.append)
+    orch = Orchestrator(
+        plan, mem_pool, comp_pool, budget_bytes=1 << 30,
+        clients=InProcessClients(memory, compute), forward=True,
+    )  # fmt: skip
+    try:
+        got, _ = orch.run(cg)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+        assert [i.url for i in dropped] == ["http://compute-1"]
+        assert mem_pool.stats["instance_failures"] == 0 and comp_pool.stats["retries"] == 1
+
+        class DeadMemory(ForwardingMemory):
+            def aggregate(self, *a, **kw):
+                raise errors.Unavailable("memory function unreachable")
+
+        orch.clients = InProcessClients(DeadMemory(inner, urls), compute)
+        with pytest.raises(errors.Unavailable, match="failed on 3 instance"):
+            orch.run(cg)
+        assert all(i.url.startswith("http://memory-") for i in dropped[1:]) and len(dropped) == 4
+        assert comp_pool.stats["instance_failures"] == 1  # only compute-1, from before
+    finally:
+        mem_pool.close()
+        comp_pool.close()
