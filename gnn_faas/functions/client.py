@@ -14,10 +14,12 @@ real function instances. Every call carries the current request's W3C
 
 from __future__ import annotations
 
+import contextvars
 import json
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,6 +105,27 @@ class Reply:
         return self.content.decode("utf-8", "replace")
 
 
+# When the calling thread's request must be answered (time.monotonic()), or
+# None. Set by :func:`call_deadline` where a request's function calls run on its
+# own HTTP thread (gateway/execution.py), so that no call outlives the time the
+# gateway promised the client; calls on pool threads never see it.
+_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "gnn_faas_call_deadline", default=None
+)
+
+
+@contextmanager
+def call_deadline(seconds: float) -> Iterator[None]:
+    """Within the block, every function call of this thread times out by
+    ``seconds`` from now (each call's own timeout still applies when shorter);
+    a call begun after the deadline is :class:`~gnn_faas.errors.Unavailable`."""
+    token = _deadline.set(time.monotonic() + float(seconds))
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
 class FunctionClient:
     """Shared plumbing: frames and JSON over persistent connections. The timing
     of the calling thread's last frame call is :meth:`last_timing`.
@@ -155,12 +178,24 @@ class FunctionClient:
             f"{self.role} function at {self.base_url} unreachable ({type(exc).__name__})"
         )
 
+    def _call_timeout(self) -> float:
+        """This call's timeout: the client's, cut to what is left of the calling
+        request's deadline (:func:`call_deadline`)."""
+        deadline = _deadline.get()
+        if deadline is None:
+            return self.timeout
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise errors.Unavailable(f"no time left for a call to the {self.role} function")
+        return min(self.timeout, left)
+
     def _send(self, method: str, path: str, body: bytes | None, headers: dict) -> Reply:
+        timeout = self._call_timeout()
         if self._pool is None:
             assert self.session is not None
             try:
                 r = self.session.request(
-                    method, self.base_url + path, data=body, headers=headers, timeout=self.timeout
+                    method, self.base_url + path, data=body, headers=headers, timeout=timeout
                 )
             except (requests.ConnectionError, requests.Timeout) as exc:
                 raise self._unreachable(exc) from None
@@ -173,7 +208,7 @@ class FunctionClient:
                 headers=headers,
                 retries=False,
                 redirect=False,
-                timeout=urllib3.Timeout(connect=self.timeout, read=self.timeout),
+                timeout=urllib3.Timeout(connect=timeout, read=timeout),
             )
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise self._unreachable(exc) from None

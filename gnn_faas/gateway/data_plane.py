@@ -139,6 +139,7 @@ class ModelRuntime:
             embeddings=self._embeddings_reader,
             count_rows=self._count_rows,
             threads=serving.gateway.threads,
+            request_timeout_s=serving.gateway.request_timeout_s,
         )
         b = serving.buffers
         self.buffer_config = BufferConfig.from_settings(b, model.slo_s, model.buffers)

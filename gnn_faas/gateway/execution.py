@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gnn_faas import request_id
+from gnn_faas.functions.client import call_deadline
 from gnn_faas.gateway.buffer_pool import ClosedBuffer
 from gnn_faas.gateway.inference_request import InferenceRequest
 from gnn_faas.gateway.metrics import GatewayMetrics
@@ -90,6 +91,7 @@ class Executions:
         embeddings: Callable,
         count_rows: Callable[[int], None],
         threads: int,
+        request_timeout_s: float = 30.0,
     ):
         self.name = name
         self.merged = merged
@@ -99,6 +101,7 @@ class Executions:
         self.merge = merge
         self.embeddings = embeddings
         self.count_rows = count_rows
+        self.request_timeout_s = float(request_timeout_s)
         self.finished: Callable[[float, int, float], None] | None = None
         # closed buffers run here; single requests on request_executor, sized for
         # the gateway's concurrent requests (waiting on them from the first could deadlock)
@@ -126,8 +129,10 @@ class Executions:
             run = request_id.traced(trace, self.run_merged)
             if closed.reason == "idle":
                 # dispatched alone as it arrived: closed on the request's own
-                # thread, which would only wait for the answer, so it runs here
-                run(pendings, info)
+                # thread, which would only wait for the answer, so it runs here,
+                # its calls bounded by the time the request waits for its answer
+                with call_deadline(self.request_timeout_s):
+                    run(pendings, info)
             else:
                 self.executor.submit(run, pendings, info)
         else:
