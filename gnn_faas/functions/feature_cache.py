@@ -338,20 +338,28 @@ class FeatureCache:
             slots = self.slots(ids)
             hit = slots >= 0
             n_hit = int(np.count_nonzero(hit))
-            out = np.empty((ids.size, self.dim), dtype=np.float32)
             if n_hit == ids.size:
-                np.take(self._data, slots, axis=0, out=out)
+                out = np.take(self._data, slots, axis=0)
                 miss_u = np.empty(0, np.int64)
                 miss_rows = np.empty((0, self.dim), np.float32)
             else:
-                if n_hit:
-                    out[hit] = self._data[slots[hit]]
                 miss = ~hit
                 miss_u, inverse = np.unique(ids[miss], return_inverse=True)
+                if n_hit == 0 and miss_u.size == ids.size:
+                    # distinct ids, none cached: the rows loaded in the asked order
+                    # are the answer and what is offered for admission (one copy of
+                    # the rows in memory, not two: a memory function's peak)
+                    miss_u, inverse = ids, None
                 miss_rows = np.asarray(loader(miss_u), dtype=np.float32).reshape(-1, self.dim)
                 if miss_rows.shape[0] != miss_u.size:
                     raise InvalidRequest("feature loader returned the wrong number of rows")
-                out[miss] = miss_rows[inverse]
+                if inverse is None:
+                    out = miss_rows
+                else:
+                    out = np.empty((ids.size, self.dim), dtype=np.float32)
+                    if n_hit:
+                        out[hit] = self._data[slots[hit]]
+                    out[miss] = miss_rows[inverse]
             s = self.stats
             s.lookups += int(ids.size)
             s.hits += n_hit

@@ -360,16 +360,28 @@ class KHopFetcher:
         stats: FetchStats | None = None,
         overlay: GraphOverlay | None = None,
         budget: ByteBudget | None = None,
+        max_buffer_bytes: int | None = None,
     ) -> np.ndarray:
         """Feature rows of ``ids`` (global), in the given order, as float32
         (rows of new vertices from the ``overlay``). ``budget``: the one the
         fetch of these vertices used (its promise is settled here); without
-        one, the read may move ``max_overread`` x its needed bytes more."""
+        one, the read may move ``max_overread`` x its needed bytes more.
+
+        ``max_buffer_bytes`` streams the read: the rows are read in chunks of
+        at most that many needed bytes (in id order, so each chunk is one
+        region of the blob) straight into the answer, so the transient read
+        buffer (up to ``(1 + max_overread)`` x a chunk, plus the chunk's
+        gathered rows) stays bounded whatever the number of rows; a memory
+        function's peak is then the answer plus a constant. Each chunk is one
+        round trip.
+        """
         ids = np.asarray(ids, dtype=np.int64)
         if overlay is not None:
             new = overlay.is_new(ids)
             out = np.empty((ids.size, overlay.features.shape[1]), np.float32)
-            out[~new] = self.read_features(ids[~new], stats, budget=budget)
+            out[~new] = self.read_features(
+                ids[~new], stats, budget=budget, max_buffer_bytes=max_buffer_bytes
+            )
             out[new] = overlay.rows(ids[new])
             return out
         info = self._features
@@ -377,9 +389,20 @@ class KHopFetcher:
         before = replace(self.reader.stats)
         if budget is not None:
             budget.settle()
-        raw = self.reader.read(self._features_path, ids * rb, ids * rb + rb, budget)
+        per_chunk = ids.size if not max_buffer_bytes else max(1, int(max_buffer_bytes) // rb)
+        if per_chunk >= ids.size:
+            raw = self.reader.read(self._features_path, ids * rb, ids * rb + rb, budget)
+            rows = raw.view(info.dtype).reshape(ids.size, *info.shape[1:])
+            rows = rows.astype(np.float32, copy=False)
+        else:
+            rows = np.empty((ids.size, *info.shape[1:]), np.float32)
+            order = np.argsort(ids, kind="stable")
+            for i in range(0, ids.size, per_chunk):  # a loop over chunks of rows
+                at = order[i : i + per_chunk]
+                part = ids[at]
+                raw = self.reader.read(self._features_path, part * rb, part * rb + rb, budget)
+                rows[at] = raw.view(info.dtype).reshape(part.size, *info.shape[1:])
         if stats is not None:
             stats.add_reads(before, self.reader.stats)
             stats.feature_rows += int(ids.size)
-        rows = raw.view(info.dtype).reshape(ids.size, *info.shape[1:])
-        return rows.astype(np.float32, copy=False)
+        return rows

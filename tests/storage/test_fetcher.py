@@ -349,3 +349,23 @@ def test_self_loops_are_stored_and_excluded_from_gcn_degrees(tmp_path):
     old = KHopFetcher(open_graph(g.backend, "loops"))
     assert not old.graph.has("self_loops")
     assert old.gcn_degrees(v).tolist() == [1, 1, 0, 1]
+
+
+def test_a_streamed_feature_read_answers_the_same_in_bounded_chunks(tmp_path):
+    stores = Stores(f"file://{tmp_path}")
+    case = LARGEST[0]
+    fetcher = stores.fetcher(case)
+    ids = np.random.default_rng(4).integers(0, case.n, 50)  # repeats, any order
+    row = 4 * DIM
+    trips = fetcher.reader.stats.round_trips
+    rows = fetcher.read_features(ids, max_buffer_bytes=7 * row)
+    np.testing.assert_array_equal(rows, case.features[ids])
+    assert rows.dtype == np.float32 and rows.flags.c_contiguous
+    # 50 rows, 7 a chunk: 8 reads, each within its chunk's needed bytes twice over
+    assert fetcher.reader.stats.round_trips - trips == 8
+    assert fetcher.reader.stats.bytes_read <= 2 * fetcher.reader.stats.bytes_needed
+    # a buffer larger than the rows: one read, as without a bound
+    again = fetcher.read_features(ids, max_buffer_bytes=10**9)
+    np.testing.assert_array_equal(again, rows)
+    assert fetcher.reader.stats.round_trips - trips == 9
+    stores.backend.close()
