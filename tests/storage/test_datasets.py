@@ -138,6 +138,13 @@ def test_cli_list_and_prepare(tmp_path, capsys):
     assert main(["datasets", "prepare", "bitcoin-otc", "--store", store]) == 0
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and "5881 vertices, 35592 edges" in out
+    args = ["datasets", "prepare", "bitcoin-otc", "--store", store, "--as", "b2", "--reorder"]
+    assert main([*args, "bfs", "--feature-dim", "4"]) == 0
+    assert open_graph(store, "b2").manifest.extra["reorder"] == "bfs"
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:  # an unknown order: usage error, exit 2
+        main([*args, "sideways"])
+    assert exc.value.code == 2 and "sideways" in capsys.readouterr().err
 
 
 def test_a_renumbered_dataset_keeps_its_ids_rows_and_request_order(tmp_path):
