@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.add_argument("--as", dest="graph_name", default=None, help="graph name (default: NAME)")
     pr.add_argument(
         "--reorder",
-        choices=("none", "rcm", "bfs", "degree"),
+        choices=("none", "rcm", "bfs", "degree", "community"),
         default="none",
         help="renumber stored vertices as 'ingest --reorder' does (bfs: fewest storage "
         "requests per k-hop fetch); requests keep the dataset's ids",
