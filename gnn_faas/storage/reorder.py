@@ -92,29 +92,29 @@ def communities(s: sp.csr_matrix, seed: int = 0) -> np.ndarray:
 
     Every vertex starts in its own community; each round, a random half of
     the vertices (semi-synchronous: a synchronous round oscillates on
-    two-coloured structures) take the label with the largest vote among their
+    two-coloured structures) take the label most frequent among their
     neighbours, ties broken at random, until fewer than ``LPA_SETTLED`` of the
-    vertices change or ``LPA_ROUNDS`` rounds. A neighbour ``u`` votes
-    ``1 / deg(u)``: with one vote each, hubs, which neighbour every
-    community, carry one label into all of them and merge them (on
-    higgs-twitter-like, 5 of its 8 planted communities became one); weighted,
-    a vertex follows the neighbours that are mostly its own. A round sums the
-    votes of (vertex, label) pairs by one sort of the edge list
-    (``np.unique``), never a loop per vertex. Raghavan, Albert and Kumara
-    (2007), near-linear time; on a planted partition with homophily 0.8 it
-    recovers the planted communities (the tests check the purity).
+    vertices change or ``LPA_ROUNDS`` rounds. A round counts (vertex, label)
+    pairs by one sort of the edge list (``np.unique``), never a loop per
+    vertex. Raghavan, Albert and Kumara (2007), near-linear time. Measured
+    on planted partitions (homophily 0.8, 8 communities): at higgs-twitter-like
+    ``--scale 0.01`` it finds them with purity >= 0.8 (tested); at full size
+    hubs, which neighbour every community, carry one label into several (3 of
+    the 8 found, 5 merged, purity 0.50), still enough to cut the storage
+    requests of a 2-hop fetch by 18% against bfs (README). Votes weighted by
+    ``1 / deg`` found all 8 at the small scale but split the full-size graph
+    into 46,756 communities of at most 57 vertices (more requests than bfs):
+    the votes stay unweighted.
     """
     n = s.shape[0]
     rng = np.random.default_rng(seed)
     labels = np.arange(n, dtype=np.int64)
     rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(s.indptr))
     cols = np.asarray(s.indices, dtype=np.int64)
-    vote = 1.0 / np.diff(s.indptr)[cols]  # > 0: a column has at least this edge
     for _ in range(LPA_ROUNDS):  # a loop over rounds, each on whole arrays
-        pairs, pair_of = np.unique(rows * n + labels[cols], return_inverse=True)
-        votes = np.bincount(pair_of, weights=vote, minlength=pairs.size)
+        pairs, counts = np.unique(rows * n + labels[cols], return_counts=True)
         r, lab = pairs // n, pairs % n
-        order = np.lexsort((rng.random(r.size), -votes, r))
+        order = np.lexsort((rng.random(r.size), -counts, r))
         best = order[np.concatenate(([True], r[order][1:] != r[order][:-1]))]
         move = best[rng.random(best.size) < 0.5]
         new = labels.copy()
