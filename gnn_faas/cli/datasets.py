@@ -33,6 +33,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     pr.add_argument("--as", dest="graph_name", default=None, help="graph name (default: NAME)")
     pr.add_argument(
+        "--reorder",
+        choices=("none", "rcm", "bfs", "degree", "community"),
+        default="none",
+        help="renumber stored vertices as 'ingest --reorder' does (bfs: fewest storage "
+        "requests per k-hop fetch); requests keep the dataset's ids",
+    )
+    pr.add_argument(
         "--metrics",
         metavar="FANOUTS",
         default=None,
@@ -104,6 +111,7 @@ def _prepare(args: argparse.Namespace) -> int:
         seed=args.seed,
         feature_dim=args.feature_dim,
         graph_name=args.graph_name,
+        reorder=args.reorder,
     )
     m = res.manifest
     if args.metrics:

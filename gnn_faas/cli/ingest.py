@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of random features (default: 0)")
     p.add_argument(
         "--reorder",
-        choices=("none", "rcm", "bfs", "degree"),
+        choices=("none", "rcm", "bfs", "degree", "community"),
         default="none",
         help="renumber stored vertices so k-hop neighbourhoods span fewer contiguous ranges "
         "(bfs recommended: fewest ranges per 2-hop neighbourhood on the graphs measured); "

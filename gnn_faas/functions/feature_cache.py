@@ -338,20 +338,28 @@ class FeatureCache:
             slots = self.slots(ids)
             hit = slots >= 0
             n_hit = int(np.count_nonzero(hit))
-            out = np.empty((ids.size, self.dim), dtype=np.float32)
             if n_hit == ids.size:
-                np.take(self._data, slots, axis=0, out=out)
+                out = np.take(self._data, slots, axis=0)
                 miss_u = np.empty(0, np.int64)
                 miss_rows = np.empty((0, self.dim), np.float32)
             else:
-                if n_hit:
-                    out[hit] = self._data[slots[hit]]
                 miss = ~hit
                 miss_u, inverse = np.unique(ids[miss], return_inverse=True)
+                if n_hit == 0 and miss_u.size == ids.size:
+                    # distinct ids, none cached: the rows loaded in the asked order
+                    # are the answer and what is offered for admission (one copy of
+                    # the rows in memory, not two: a memory function's peak)
+                    miss_u, inverse = ids, None
                 miss_rows = np.asarray(loader(miss_u), dtype=np.float32).reshape(-1, self.dim)
                 if miss_rows.shape[0] != miss_u.size:
                     raise InvalidRequest("feature loader returned the wrong number of rows")
-                out[miss] = miss_rows[inverse]
+                if inverse is None:
+                    out = miss_rows
+                else:
+                    out = np.empty((ids.size, self.dim), dtype=np.float32)
+                    if n_hit:
+                        out[hit] = self._data[slots[hit]]
+                    out[miss] = miss_rows[inverse]
             s = self.stats
             s.lookups += int(ids.size)
             s.hits += n_hit
@@ -413,13 +421,16 @@ class FeatureCache:
                 deferred, self._deferred = self._deferred, None
                 self.capacity_rows = self._row_cap(max(predicted, peak))
                 if deferred:
-                    ids = np.concatenate([d[0] for d in deferred])
-                    rows = np.concatenate([d[1] for d in deferred])
-                    if ids.size:
-                        ids, first = np.unique(ids, return_index=True)
-                        rows = rows[first]
+                    # no copy of the request's rows here: only the admitted ones
+                    # are copied, into the cache (a part may load hundreds of MB)
+                    if len(deferred) == 1:
+                        ids, rows = deferred[0]
+                    else:
+                        ids = np.concatenate([d[0] for d in deferred])
+                        rows = np.concatenate([d[1] for d in deferred])
+                    ids, first = np.unique(ids, return_index=True)
                     both = ids if pin is None else np.concatenate((pin, ids))
-                    self._admit(ids, rows, both)
+                    self._admit(ids, rows, both, first)
                 # the request is over: its pins go, the cache keeps to its capacity
                 self.set_capacity(self.capacity_rows)
                 return result
@@ -498,10 +509,16 @@ class FeatureCache:
         if rows > old:
             self._slot_node[old:] = -1
 
-    def _admit(self, ids: np.ndarray, rows: np.ndarray, pinned: np.ndarray | None) -> None:
+    def _admit(
+        self,
+        ids: np.ndarray,
+        rows: np.ndarray,
+        pinned: np.ndarray | None,
+        row_of: np.ndarray | None = None,
+    ) -> None:
         """Admit misses ``ids`` (unique, not resident) with their ``rows``: into free
         slots best-first, then in exchange for the lowest-value unpinned residents
-        they beat."""
+        they beat. ``row_of[i]``: the row of ``ids[i]`` in ``rows`` (default ``i``)."""
         cap = self.capacity_rows
         if ids.size == 0 or cap <= 0:
             return
@@ -532,7 +549,7 @@ class FeatureCache:
             grown = int(self._data.shape[0] * self.policy.growth) + 1
             self._resize(min(cap, max(need, grown)))
         slots = np.arange(self.rows, need)
-        self._data[slots] = rows[take]
+        self._data[slots] = rows[take] if row_of is None else rows[row_of[take]]
         self._slot_node[slots] = ids[take]
         self._slot_freq[slots] = freq[take]
         self._slot_raw[slots] = logd[take]

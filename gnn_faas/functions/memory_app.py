@@ -313,6 +313,15 @@ class UpdateForwarder:
         return reply.content
 
 
+# Feature rows are read from the store in chunks of at most limit / STREAM_SHARE
+# needed bytes (KHopFetcher.read_features' max_buffer_bytes): a chunk's read
+# buffer, at most (1 + MAX_OVERREAD) x the chunk, and its gathered rows take
+# 3/128 of the limit (24 MiB of 1 GiB), inside the runtime's headroom
+# (scheduler/sizing/function_memory.py: 96 MiB reserved, ~58 MiB resident).
+STREAM_SHARE = 128
+MIN_STREAM_BYTES = 1 << 16
+
+
 # -- the instance --------------------------------------------------------------------
 class MemoryFunction:
     """State of one memory function worker (graph, fetcher, cache, figures)."""
@@ -332,6 +341,7 @@ class MemoryFunction:
         degree = (lambda ids: self.fetcher.read_rows("degree", ids)) if has_degree else None
         self.limit = detect_memory_limit(cfg.memory_mb)
         self.limit_bytes = int(self.limit.bytes / max(1, cfg.workers))
+        self.stream_bytes = max(MIN_STREAM_BYTES, self.limit_bytes // STREAM_SHARE)
         self.predictor = load_predictor(cfg.predictor, cfg.graph, self.feature_dim)
         prior = self._fap_prior() if cfg.cache_prior == "fap" else None
         self.cache = FeatureCache(
@@ -361,7 +371,9 @@ class MemoryFunction:
         self.ready = True
 
     def _load_rows(self, ids: np.ndarray) -> np.ndarray:
-        return self.fetcher.read_features(ids)
+        # streamed: the read buffer is a fixed share of the limit, never a
+        # multiple of the rows (the partitioner counts the rows once)
+        return self.fetcher.read_features(ids, max_buffer_bytes=self.stream_bytes)
 
     def _fap_prior(self) -> tuple[np.ndarray, np.ndarray]:
         """The top-k of the graph's FAP blob, best first, ``k`` = the rows the

@@ -40,6 +40,7 @@ from gnn_faas.storage.ingest import (
     CSRGraph,
     build_csr,
     random_features,
+    renumbered,
     write_csr,
 )
 
@@ -222,9 +223,14 @@ def prepare_dataset(
     seed: int = 0,
     feature_dim: int | None = None,
     graph_name: str | None = None,
+    reorder: str = "none",
 ) -> PrepareResult:
     """Build dataset ``name`` and write it to ``store`` as graph ``graph_name``
     (default: the dataset's name), replacing any graph of that name.
+
+    ``reorder`` renumbers the stored vertices as :func:`ingest` does (every
+    per-vertex array follows; the request order is mapped to stored ids, as
+    the fetchers read it; ``user_ids`` keeps the dataset's ids for requests).
 
     ``feature_dim`` overrides the dimension of random features (tests use a
     small one); datasets with real features ignore it.
@@ -234,16 +240,31 @@ def prepare_dataset(
     paths = source_files(dataset, from_path)
     dim = dataset.feature_dim if feature_dim is None else int(feature_dim)
     prepared = dataset.build(paths, dim, seed)
+    graph, features, labels, order = (
+        prepared.graph, prepared.features, prepared.labels, prepared.request_order,
+    )  # fmt: skip
+    extra = {"dataset": dataset.name, "seed": seed, **(prepared.extra or {})}
+    user_ids = None
+    if reorder != "none":
+        graph, user_ids = renumbered(graph, reorder)
+        features = features[user_ids]
+        labels = None if labels is None else labels[user_ids]
+        if order is not None:
+            stored = np.empty_like(user_ids)
+            stored[user_ids] = np.arange(user_ids.size)
+            order = stored[order]
+        extra["reorder"] = reorder
     backend = open_backend(store) if isinstance(store, str) else store
     manifest = write_csr(
         backend,
         graph_name or dataset.name,
-        prepared.graph,
-        prepared.features,
-        labels=prepared.labels,
+        graph,
+        features,
+        labels=labels,
         num_classes=prepared.num_classes,
-        request_order=prepared.request_order,
-        extra={"dataset": dataset.name, "seed": seed, **(prepared.extra or {})},
+        request_order=order,
+        extra=extra,
+        user_ids=user_ids,
     )
     return PrepareResult(manifest, time.perf_counter() - t0)
 

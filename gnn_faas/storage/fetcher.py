@@ -3,7 +3,12 @@
 Each hop makes one batched read of the indptr entries of its frontier and one
 batched read of their neighbour segments, planned by the store's measured
 request cost (:func:`gnn_faas.storage.ranges.coalesce`); a vertex
-is expanded at most once per fetch. Feature rows are read the same way.
+is expanded at most once per fetch. Feature rows are read the same way. The
+bytes read beyond the needed ones are budgeted over the whole fetch
+(:class:`~gnn_faas.storage.ranges.ByteBudget`), not per read: a caller that
+passes one budget to :meth:`KHopFetcher.fetch` and then to
+:meth:`KHopFetcher.read_features` reads at most ``(1 + MAX_OVERREAD)`` x the
+bytes of exactly the needed indptr entries, neighbour segments and rows.
 Sampling (a per-hop fanout) is uniform without replacement and *per vertex*
 deterministic: a vertex keeps the neighbours with the smallest
 ``hash(seed, vertex, position)``, so the same vertex gets the same sample in
@@ -22,17 +27,18 @@ from gnn_faas.errors import InvalidRequest
 from gnn_faas.storage.computation_graph import ComputationGraph
 from gnn_faas.storage.format import GraphHandle
 from gnn_faas.storage.overlay import GraphOverlay, merge_segments
-from gnn_faas.storage.ranges import RangeReader, ReadStats
+from gnn_faas.storage.ranges import ByteBudget, RangeReader, ReadStats
 from gnn_faas.storage.request_cost import RequestCost
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
-# A structure read (indptr entries, neighbour lists) may always move this many
-# bytes beyond the ones it needs, whatever the reader's per-read fraction: an
-# indptr read needs 16 bytes a vertex, so a fraction of that would forbid the
-# merges that save the most requests, while 1 MiB of transient buffer is small
-# next to any function's memory. Feature rows keep the fraction alone: they are
-# what a memory function's peak is made of (functions/feature_cache.py).
+# A structure-only fetch (no feature read to share its budget with: the
+# gateway's) may always move this many bytes beyond the ones it needs, whatever
+# the fraction: an indptr read needs 16 bytes a vertex, so a fraction of that
+# would forbid the merges that save the most requests, while 1 MiB of
+# transient buffer is small next to any function's memory. Feature rows keep
+# the fraction alone: they are what a memory function's peak is made of
+# (functions/feature_cache.py).
 STRUCTURE_SLACK_BYTES = 1 << 20
 
 _GOLD = np.uint64(0x9E3779B97F4A7C15)
@@ -132,31 +138,42 @@ class KHopFetcher:
 
     # -- adjacency -----------------------------------------------------------
     def neighbours(
-        self, vertices: np.ndarray, overlay: GraphOverlay | None = None
+        self,
+        vertices: np.ndarray,
+        overlay: GraphOverlay | None = None,
+        budget: ByteBudget | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """In-neighbours of ``vertices`` (global ids): ``(counts, concatenated ids)``.
 
         Two round trips: the indptr entries, then the neighbour segments. With
         an ``overlay``, a vertex's stored in-neighbours come first, then its
-        added ones; a new vertex has added ones only.
+        added ones; a new vertex has added ones only. ``budget``: the
+        extra bytes the two reads may move (default: the structure slack).
         """
         v = np.asarray(vertices, dtype=np.int64)
+        if budget is None:
+            budget = self.structure_budget()
         if v.size == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         if overlay is not None:
             stored = ~overlay.is_new(v)
             counts = np.zeros(v.size, np.int64)
-            c_s, nbrs = self.neighbours(v[stored])
+            c_s, nbrs = self.neighbours(v[stored], budget=budget)
             counts[stored] = c_s
             c_o, extra = overlay.in_edges(v)
             return merge_segments(counts, nbrs, c_o, extra)
-        raw = self.reader.read(self._indptr_path, v * 8, v * 8 + 16, STRUCTURE_SLACK_BYTES)
+        raw = self.reader.read(self._indptr_path, v * 8, v * 8 + 16, budget)
         bounds = raw.view("<i8").reshape(-1, 2)
         lo, hi = bounds[:, 0], bounds[:, 1]
         isz = self._indices_dtype.itemsize
-        seg = self.reader.read(self._indices_path, lo * isz, hi * isz, STRUCTURE_SLACK_BYTES)
+        seg = self.reader.read(self._indices_path, lo * isz, hi * isz, budget)
         nbrs = seg.view(self._indices_dtype).astype(np.int64)
         return hi - lo, nbrs
+
+    def structure_budget(self) -> ByteBudget:
+        """The budget of a fetch with no feature read after it: the reader's
+        fraction of its needed bytes, or ``STRUCTURE_SLACK_BYTES``, whichever is more."""
+        return ByteBudget(self.reader.max_overread, floor=STRUCTURE_SLACK_BYTES)
 
     def fetch(
         self,
@@ -167,13 +184,18 @@ class KHopFetcher:
         stats: FetchStats | None = None,
         degrees: bool = False,
         overlay: GraphOverlay | None = None,
+        budget: ByteBudget | None = None,
     ) -> ComputationGraph:
         """The ``hops``-layer computation graph of ``targets``.
 
         ``fanouts[h]`` bounds the neighbours sampled at hop ``h + 1`` (hop 1
         expands the targets); ``None`` or a negative entry takes all of them.
         ``overlay``: a request's new vertices and edges (ids ``>= N``), part of
-        the graph for this fetch only.
+        the graph for this fetch only. ``budget``: pass one only when the
+        feature rows of the graph's ``input_nodes`` are read next through it
+        (:meth:`read_features`): the fetch promises them to the budget, so its
+        structure reads may already spend the extra bytes those rows allow.
+        Without one, the fetch has :meth:`structure_budget`.
         """
         targets = self.check_ids(np.asarray(targets), "targets", overlay)
         if targets.size == 0:
@@ -183,6 +205,10 @@ class KHopFetcher:
         if fanouts is not None and len(fanouts) != hops:
             raise InvalidRequest(f"need one fanout per hop ({hops}), got {len(fanouts)}")
         before = replace(self.reader.stats)
+        rows_follow = budget is not None
+        if budget is None:
+            budget = self.structure_budget()
+        row_bytes = self._features.row_bytes
         uniq, first, inverse = np.unique(targets, return_index=True, return_inverse=True)
         by_first = np.argsort(first, kind="stable")
         nodes = uniq[by_first]  # unique targets in order of first request
@@ -199,7 +225,9 @@ class KHopFetcher:
         for hop in range(hops):
             t0 = time.perf_counter()
             trips0 = self.reader.stats.round_trips
-            counts, nbrs = self.neighbours(frontier, overlay)
+            if rows_follow:  # the rows of every stored vertex found so far are read later
+                budget.promise(row_bytes * int((known < self.graph.num_nodes).sum()))
+            counts, nbrs = self.neighbours(frontier, overlay, budget)
             fanout = None if fanouts is None else fanouts[hop]
             if fanout is not None and fanout >= 0:
                 keep = sample_segments(frontier, counts, fanout, seed)
@@ -226,7 +254,9 @@ class KHopFetcher:
             if sampled or outer.size == 0:
                 outer_deg = np.zeros(outer.size, np.int64)
             else:
-                outer_deg = self.gcn_degrees(outer, overlay)
+                if rows_follow:
+                    budget.promise(row_bytes * int((known < self.graph.num_nodes).sum()))
+                outer_deg = self.gcn_degrees(outer, overlay, budget)
             loops = np.concatenate(loops_all) if loops_all else np.zeros(0, np.int64)
             in_degree = np.concatenate((counts - loops, outer_deg)).astype(np.int64)
         if stats is not None:
@@ -253,7 +283,12 @@ class KHopFetcher:
         stats.vertices_expanded += int(counts.size)
         stats.edges_fetched += int(nbrs.size)
 
-    def in_degrees(self, vertices: np.ndarray, overlay: GraphOverlay | None = None) -> np.ndarray:
+    def in_degrees(
+        self,
+        vertices: np.ndarray,
+        overlay: GraphOverlay | None = None,
+        budget: ByteBudget | None = None,
+    ) -> np.ndarray:
         """Full in-degree of each of ``vertices`` (one batched indptr read),
         the overlay's added in-edges included."""
         v = np.asarray(vertices, dtype=np.int64)
@@ -261,13 +296,19 @@ class KHopFetcher:
         stored = v < self.graph.num_nodes
         s = v[stored]
         if s.size:
-            raw = self.reader.read(self._indptr_path, s * 8, s * 8 + 16, STRUCTURE_SLACK_BYTES)
+            budget = self.structure_budget() if budget is None else budget
+            raw = self.reader.read(self._indptr_path, s * 8, s * 8 + 16, budget)
             deg[stored] = np.diff(raw.view("<i8").reshape(-1, 2), axis=1)[:, 0]
         if overlay is not None:
             deg += overlay.in_degree(v)
         return deg
 
-    def self_loops(self, vertices: np.ndarray, overlay: GraphOverlay | None = None) -> np.ndarray:
+    def self_loops(
+        self,
+        vertices: np.ndarray,
+        overlay: GraphOverlay | None = None,
+        budget: ByteBudget | None = None,
+    ) -> np.ndarray:
         """Edges ``v -> v`` of each of ``vertices`` (stored and added).
 
         One batched read of the ``self_loops`` blob where the graph has one,
@@ -280,30 +321,37 @@ class KHopFetcher:
         s = v[stored]
         recorded = self.graph.manifest.extra.get("self_loops")
         if s.size and self.graph.has("self_loops"):
-            loops[stored] = self.read_rows("self_loops", s)
+            loops[stored] = self.read_rows("self_loops", s, budget)
         elif s.size and recorded is None:  # legacy store: count them in the lists
-            counts, nbrs = self.neighbours(s)
+            counts, nbrs = self.neighbours(s, budget=budget)
             owner = np.repeat(np.arange(s.size), counts)
             loops[stored] = np.bincount(owner[nbrs == s[owner]], minlength=s.size)
         if overlay is not None:
             loops += overlay.self_loops(v)
         return loops
 
-    def gcn_degrees(self, vertices: np.ndarray, overlay: GraphOverlay | None = None) -> np.ndarray:
+    def gcn_degrees(
+        self,
+        vertices: np.ndarray,
+        overlay: GraphOverlay | None = None,
+        budget: ByteBudget | None = None,
+    ) -> np.ndarray:
         """In-degree from *other* vertices, ``in_degrees - self_loops``: the
         degree PyG's ``gcn_norm`` sees before it adds one (its
         ``add_remaining_self_loops`` replaces all self loops of a vertex by
         exactly one), and what :class:`ComputationGraph` ``.in_degree`` holds."""
-        return self.in_degrees(vertices, overlay) - self.self_loops(vertices, overlay)
+        return self.in_degrees(vertices, overlay, budget) - self.self_loops(
+            vertices, overlay, budget
+        )
 
     # -- per-vertex blobs ------------------------------------------------------
-    def read_rows(self, key: str, ids: np.ndarray) -> np.ndarray:
+    def read_rows(self, key: str, ids: np.ndarray, budget: ByteBudget | None = None) -> np.ndarray:
         """Rows ``ids`` of a per-vertex blob (``degree``, ``labels``...) by ranged
         reads: a function reads what its requests need, never the whole blob."""
         info = self.graph.info(key)
         ids = np.asarray(ids, dtype=np.int64)
         rb = info.row_bytes
-        raw = self.reader.read(self.graph.path(key), ids * rb, ids * rb + rb)
+        raw = self.reader.read(self.graph.path(key), ids * rb, ids * rb + rb, budget)
         return raw.view(info.dtype).reshape(ids.size, *info.shape[1:])
 
     # -- features ------------------------------------------------------------
@@ -312,25 +360,53 @@ class KHopFetcher:
         ids: np.ndarray,
         stats: FetchStats | None = None,
         overlay: GraphOverlay | None = None,
+        budget: ByteBudget | None = None,
+        max_buffer_bytes: int | None = None,
     ) -> np.ndarray:
         """Feature rows of ``ids`` (global), in the given order, as float32
-        (rows of new vertices from the ``overlay``)."""
+        (rows of new vertices from the ``overlay``). ``budget``: the one the
+        fetch of these vertices used (its promise is settled here); without
+        one, the read may move ``max_overread`` x its needed bytes more.
+
+        ``max_buffer_bytes`` streams the read: the rows are read in chunks of
+        at most that many needed bytes (in id order, so each chunk is one
+        region of the blob) straight into the answer, so the transient read
+        buffer (up to ``(1 + max_overread)`` x a chunk, plus the chunk's
+        gathered rows) stays bounded whatever the number of rows; a memory
+        function's peak is then the answer plus a constant. Each chunk is one
+        round trip.
+        """
         ids = np.asarray(ids, dtype=np.int64)
         if overlay is not None:
             new = overlay.is_new(ids)
             out = np.empty((ids.size, overlay.features.shape[1]), np.float32)
-            out[~new] = self.read_features(ids[~new], stats)
+            out[~new] = self.read_features(
+                ids[~new], stats, budget=budget, max_buffer_bytes=max_buffer_bytes
+            )
             out[new] = overlay.rows(ids[new])
             return out
         info = self._features
         rb = info.row_bytes
         before = replace(self.reader.stats)
-        raw = self.reader.read(self._features_path, ids * rb, ids * rb + rb)
+        if budget is not None:
+            budget.settle()
+        per_chunk = ids.size if not max_buffer_bytes else max(1, int(max_buffer_bytes) // rb)
+        if per_chunk >= ids.size:
+            raw = self.reader.read(self._features_path, ids * rb, ids * rb + rb, budget)
+            rows = raw.view(info.dtype).reshape(ids.size, *info.shape[1:])
+            rows = rows.astype(np.float32, copy=False)
+        else:
+            rows = np.empty((ids.size, *info.shape[1:]), np.float32)
+            order = np.argsort(ids, kind="stable")
+            for i in range(0, ids.size, per_chunk):  # a loop over chunks of rows
+                at = order[i : i + per_chunk]
+                part = ids[at]
+                raw = self.reader.read(self._features_path, part * rb, part * rb + rb, budget)
+                rows[at] = raw.view(info.dtype).reshape(part.size, *info.shape[1:])
         if stats is not None:
             stats.add_reads(before, self.reader.stats)
             stats.feature_rows += int(ids.size)
-        rows = raw.view(info.dtype).reshape(ids.size, *info.shape[1:])
-        return rows.astype(np.float32, copy=False)
+        return rows
 
 
 def _row_self_loops(rows: np.ndarray, counts: np.ndarray, nbrs: np.ndarray) -> np.ndarray:

@@ -7,11 +7,15 @@ store) is minimal: overlapping and touching ranges are merged always, and two
 neighbouring ranges are merged across their gap exactly when the gap's bytes
 cost less than one request. :class:`RangeReader` turns a batch of ranges of
 one blob into one ``read_ranges`` call (one round trip) and counts what it did.
+A :class:`ByteBudget` spans several reads (every hop of a fetch and its feature
+rows), so the bytes read beyond the needed ones go where they save the most
+requests across the whole fetch, not a fixed share per read.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,6 +59,49 @@ class ReadStats:
         }
 
 
+@dataclass
+class ByteBudget:
+    """Bytes that several reads together may move beyond the ones they need.
+
+    Over all reads made through it the extra bytes stay within::
+
+        extra <= max(fraction x (needed + promised), floor)
+
+    ``needed`` counts the union bytes of the reads so far, ``promised`` bytes
+    the caller will certainly need in later reads through this budget (a
+    lower bound: the k-hop fetcher promises the feature rows of the vertices
+    it has found, whose read comes last; :meth:`settle` drops the promise when
+    that read is made). Since the promise never exceeds what is read later,
+    the total moved stays within ``(1 + fraction)`` x the needed bytes of all
+    the reads (or ``floor`` bytes more). Each read spends what is left smallest
+    gap first (:func:`coalesce`), so a read with many small gaps (feature rows)
+    uses the allowance an earlier read with few large gaps left over.
+    """
+
+    fraction: float = MAX_OVERREAD
+    floor: float = 0.0
+    needed: int = 0
+    promised: int = 0
+    extra: int = 0
+
+    def allowance(self, needed_now: int) -> float:
+        """Extra bytes a read needing ``needed_now`` bytes may move now."""
+        total = self.fraction * (self.needed + needed_now + self.promised)
+        return max(0.0, max(total, self.floor) - self.extra)
+
+    def promise(self, nbytes: int) -> None:
+        """Set the bytes the caller will need later (replaces the previous promise)."""
+        self.promised = max(0, int(nbytes))
+
+    def settle(self) -> None:
+        """The promised read is being made: its bytes count as needed from now on."""
+        self.promised = 0
+
+    def spend(self, needed: int, extra: int) -> None:
+        self.needed += int(needed)
+        self.extra += int(extra)
+
+
 @dataclass(frozen=True)
 class CoalescedRanges:
     starts: np.ndarray  # merged ranges to request, sorted
@@ -71,7 +118,7 @@ def coalesce(
     starts: np.ndarray,
     ends: np.ndarray,
     max_gap: float = 0.0,
-    max_extra_bytes: float = np.inf,
+    max_extra_bytes: float | Callable[[int], float] = np.inf,
 ) -> CoalescedRanges:
     """Merge ranges ``[starts[i], ends[i])`` into the cheapest set of requests.
 
@@ -108,7 +155,9 @@ def coalesce(
     request, so among the profitable gaps the plan that saves the most
     requests within the budget takes them smallest first: the longest prefix
     of the sorted profitable gaps whose sum fits (one sort and a cumulative
-    sum). With an unbounded budget this is the rule above.
+    sum). With an unbounded budget this is the rule above. A callable
+    ``max_extra_bytes`` is given the union's bytes and returns the bound (a
+    :class:`ByteBudget`'s allowance).
     """
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
@@ -124,6 +173,8 @@ def coalesce(
     before = np.concatenate(([np.iinfo(np.int64).min], reach[:-1]))
     needed = int(np.maximum(0, e - np.maximum(s, before)).sum())
     merge = (gaps <= 0) | (gaps < max_gap)
+    if callable(max_extra_bytes):
+        max_extra_bytes = max_extra_bytes(needed)
     if np.isfinite(max_extra_bytes):
         profitable = np.flatnonzero((gaps > 0) & (gaps < max_gap))
         by_size = profitable[np.argsort(gaps[profitable], kind="stable")]
@@ -164,14 +215,14 @@ class RangeReader:
         self.stats = ReadStats()
 
     def read(
-        self, path: str, starts: np.ndarray, ends: np.ndarray, min_extra_bytes: float = 0.0
+        self, path: str, starts: np.ndarray, ends: np.ndarray, budget: ByteBudget | None = None
     ) -> np.ndarray:
         """Concatenation of ``[starts[i], ends[i])`` in the given order, as uint8.
 
         One backend call (one round trip) whatever the number of ranges; the
         requests are planned by :func:`coalesce` under this reader's measured
-        :class:`RequestCost`, moving at most ``max(max_overread x needed,
-        min_extra_bytes)`` bytes beyond the needed ones.
+        :class:`RequestCost`, moving at most what ``budget`` allows beyond the
+        needed bytes (without one: ``max_overread x`` this read's needed bytes).
         """
         starts = np.asarray(starts, dtype=np.int64)
         ends = np.asarray(ends, dtype=np.int64)
@@ -179,8 +230,10 @@ class RangeReader:
         if starts.size == 0 or not lengths.any():
             return np.empty(0, dtype=np.uint8)
         keep = lengths > 0
-        budget = max(self.max_overread * int(lengths[keep].sum()), min_extra_bytes)
-        plan = coalesce(starts[keep], ends[keep], self.cost.max_gap, budget)
+        if budget is None:
+            budget = ByteBudget(self.max_overread)
+        plan = coalesce(starts[keep], ends[keep], self.cost.max_gap, budget.allowance)
+        budget.spend(plan.needed_bytes, plan.read_bytes - plan.needed_bytes)
         t0 = time.perf_counter()
         buf = with_retries(lambda: self.backend.read_ranges(path, plan.starts, plan.ends))
         self.stats.read_seconds += time.perf_counter() - t0

@@ -13,6 +13,10 @@ ones. Orders (``ingest --reorder``):
   connected component (largest components first).
 - ``degree``: decreasing total degree (hubs, which are in most neighbourhoods,
   share a few ranges at the front).
+- ``community``: communities found by label propagation on the symmetrised
+  pattern (:func:`communities`), one after the other (largest first), each by
+  decreasing degree: a neighbourhood mostly lies in its vertex's community,
+  and there the hubs, which most neighbourhoods include, share one range.
 - ``none``: the ids as ingested.
 
 :func:`ranges_per_neighbourhood` measures an order: the number of contiguous
@@ -43,7 +47,11 @@ from scipy.sparse import csgraph
 
 from gnn_faas.errors import InvalidRequest
 
-REORDERS = ("none", "rcm", "bfs", "degree")
+REORDERS = ("none", "rcm", "bfs", "degree", "community")
+# label propagation: rounds at most, and the share of vertices whose change
+# still counts as movement (below it the labels have settled)
+LPA_ROUNDS = 30
+LPA_SETTLED = 1e-3
 
 
 def _pattern(indptr: np.ndarray, indices: np.ndarray, n: int) -> sp.csr_matrix:
@@ -69,9 +77,53 @@ def reorder_permutation(indptr: np.ndarray, indices: np.ndarray, method: str) ->
         deg = np.diff(a.indptr) + np.bincount(a.indices, minlength=n)
         return np.argsort(-deg, kind="stable").astype(np.int64)
     s = _symmetric(a)
+    if method == "community":
+        comm = communities(s)
+        size = np.bincount(comm)
+        deg = np.diff(s.indptr)
+        return np.lexsort((-deg, comm, -size[comm])).astype(np.int64)
     if method == "rcm":
         return csgraph.reverse_cuthill_mckee(s, symmetric_mode=True).astype(np.int64)
     return _bfs_order(s)
+
+
+def communities(s: sp.csr_matrix, seed: int = 0) -> np.ndarray:
+    """Community of each vertex of the symmetric pattern ``s``, by label propagation.
+
+    Every vertex starts in its own community; each round, a random half of
+    the vertices (semi-synchronous: a synchronous round oscillates on
+    two-coloured structures) take the label most frequent among their
+    neighbours, ties broken at random, until fewer than ``LPA_SETTLED`` of the
+    vertices change or ``LPA_ROUNDS`` rounds. A round counts (vertex, label)
+    pairs by one sort of the edge list (``np.unique``), never a loop per
+    vertex. Raghavan, Albert and Kumara (2007), near-linear time. Measured
+    on planted partitions (homophily 0.8, 8 communities): at higgs-twitter-like
+    ``--scale 0.01`` it finds them with purity >= 0.8 (tested); at full size
+    hubs, which neighbour every community, carry one label into several (3 of
+    the 8 found, 5 merged, purity 0.50), still enough to cut the storage
+    requests of a 2-hop fetch by 18% against bfs (README). Votes weighted by
+    ``1 / deg`` found all 8 at the small scale but split the full-size graph
+    into 46,756 communities of at most 57 vertices (more requests than bfs):
+    the votes stay unweighted.
+    """
+    n = s.shape[0]
+    rng = np.random.default_rng(seed)
+    labels = np.arange(n, dtype=np.int64)
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(s.indptr))
+    cols = np.asarray(s.indices, dtype=np.int64)
+    for _ in range(LPA_ROUNDS):  # a loop over rounds, each on whole arrays
+        pairs, counts = np.unique(rows * n + labels[cols], return_counts=True)
+        r, lab = pairs // n, pairs % n
+        order = np.lexsort((rng.random(r.size), -counts, r))
+        best = order[np.concatenate(([True], r[order][1:] != r[order][:-1]))]
+        move = best[rng.random(best.size) < 0.5]
+        new = labels.copy()
+        new[r[move]] = lab[move]
+        changed = int(np.count_nonzero(new != labels))
+        labels = new
+        if changed < LPA_SETTLED * n:
+            break
+    return np.unique(labels, return_inverse=True)[1].astype(np.int64)
 
 
 def _bfs_order(s: sp.csr_matrix) -> np.ndarray:

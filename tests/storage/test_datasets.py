@@ -138,3 +138,35 @@ def test_cli_list_and_prepare(tmp_path, capsys):
     assert main(["datasets", "prepare", "bitcoin-otc", "--store", store]) == 0
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and "5881 vertices, 35592 edges" in out
+    args = ["datasets", "prepare", "bitcoin-otc", "--store", store, "--as", "b2", "--reorder"]
+    assert main([*args, "bfs", "--feature-dim", "4"]) == 0
+    assert open_graph(store, "b2").manifest.extra["reorder"] == "bfs"
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:  # an unknown order: usage error, exit 2
+        main([*args, "sideways"])
+    assert exc.value.code == 2 and "sideways" in capsys.readouterr().err
+
+
+def test_a_renumbered_dataset_keeps_its_ids_rows_and_request_order(tmp_path):
+    from gnn_faas.storage.reorder import IdMap
+
+    plain_uri, bfs_uri = f"file://{tmp_path}/plain", f"file://{tmp_path}/bfs"
+    prepare_dataset(plain_uri, "bitcoin-otc", feature_dim=8)
+    res = prepare_dataset(bfs_uri, "bitcoin-otc", feature_dim=8, reorder="bfs")
+    assert res.manifest.extra["reorder"] == "bfs"
+    plain, bfs = open_graph(plain_uri, "bitcoin-otc"), open_graph(bfs_uri, "bitcoin-otc")
+    ids = IdMap.of(bfs)
+    assert ids is not None and not np.array_equal(ids.user_ids, np.arange(plain.num_nodes))
+    user = ids.user_ids  # stored vertex s is the dataset's vertex user[s]
+    for key in ("features", "labels"):
+        np.testing.assert_array_equal(bfs.read_blob(key), plain.read_blob(key)[user])
+    # the request order asks for the same vertices, in stored ids
+    np.testing.assert_array_equal(
+        ids.to_user(bfs.read_blob("request_order")), plain.read_blob("request_order")
+    )
+    # the same edges: in-neighbours of stored s are the user ids' in-neighbours
+    a = sp.csr_matrix((np.ones(plain.num_edges), plain.read_blob("indices"),
+                       plain.read_blob("indptr")), shape=(plain.num_nodes,) * 2)  # fmt: skip
+    b = sp.csr_matrix((np.ones(bfs.num_edges), bfs.read_blob("indices"),
+                       bfs.read_blob("indptr")), shape=(bfs.num_nodes,) * 2)  # fmt: skip
+    assert (a[user][:, user] != b).nnz == 0

@@ -23,7 +23,8 @@ from gnn_faas.storage.backends import open_backend
 from gnn_faas.storage.computation_graph import ComputationGraph
 from gnn_faas.storage.fetcher import FetchStats, KHopFetcher
 from gnn_faas.storage.format import open_graph, write_graph
-from gnn_faas.storage.request_cost import FREE
+from gnn_faas.storage.ranges import ByteBudget
+from gnn_faas.storage.request_cost import FREE, RequestCost
 
 DIM = 4
 PROPERTY = settings(
@@ -238,6 +239,49 @@ def _check_sampled_fetch(stores: Stores, case: Case, fanout: int, seed: int) -> 
     assert (sampled[shared] != sampled_matrix(cg2, case.n)[shared]).nnz == 0
 
 
+@PROPERTY
+@given(case=cases(), fanout=st.sampled_from([None, 1, 3]), seed=st.integers(0, 2**32 - 1))
+@example(case=LARGEST[0], fanout=None, seed=0)
+@example(case=LARGEST[1], fanout=None, seed=0)
+@example(case=LARGEST[2], fanout=2, seed=5)
+def _check_budgeted_fetch(stores: Stores, case: Case, fanout: int | None, seed: int) -> None:
+    # requests cost as much as 10^9 bytes: every gap would pay, the fetch-wide
+    # budget is what stops the merging
+    fetcher = stores.fetcher(case)
+    costly = KHopFetcher(fetcher.graph, RequestCost("t", 1.0, 1e-9))
+    free = KHopFetcher(fetcher.graph, FREE)
+    fanouts = None if fanout is None else [fanout] * case.hops
+    budget = ByteBudget(1.0)
+    stats, exact = FetchStats(), FetchStats()
+    cg = costly.fetch(case.targets, case.hops, fanouts, seed, stats, True, budget=budget)
+    rows = costly.read_features(cg.input_nodes, stats, budget=budget)
+    ref = free.fetch(case.targets, case.hops, fanouts, seed, exact, True)
+    ref_rows = free.read_features(ref.input_nodes, exact)
+    # the same answer as an uncoalesced fetch (requests free: only touching ranges merge)
+    for field in ("nodes", "indptr", "indices", "target_index", "in_degree"):
+        np.testing.assert_array_equal(getattr(cg, field), getattr(ref, field))
+    np.testing.assert_array_equal(rows, ref_rows)
+    np.testing.assert_array_equal(rows, case.features[cg.nodes])
+    # within twice the exact bytes of the whole fetch (all hops, degrees, rows),
+    # in no more requests than uncoalesced
+    if fanout is None:
+        dist = hop_distance(case.adj, case.targets)
+        assert exact.reads.bytes_read == needed_bytes(case, dist, cg.nodes)
+    needed = exact.reads.bytes_read
+    assert stats.reads.bytes_needed == needed == budget.needed
+    assert needed <= stats.reads.bytes_read <= 2 * needed
+    assert budget.extra == stats.reads.bytes_read - needed
+    assert stats.reads.ranges_requested <= exact.reads.ranges_requested
+
+
+def test_a_fetch_wide_byte_budget_answers_exactly_within_twice_the_bytes(tmp_path):
+    stores = Stores(f"file://{tmp_path}")
+    try:
+        _check_budgeted_fetch(stores)
+    finally:
+        stores.backend.close()
+
+
 def test_full_fetch_matches_scipy_reference(store_uri):
     stores = Stores(store_uri)
     try:
@@ -305,3 +349,23 @@ def test_self_loops_are_stored_and_excluded_from_gcn_degrees(tmp_path):
     old = KHopFetcher(open_graph(g.backend, "loops"))
     assert not old.graph.has("self_loops")
     assert old.gcn_degrees(v).tolist() == [1, 1, 0, 1]
+
+
+def test_a_streamed_feature_read_answers_the_same_in_bounded_chunks(tmp_path):
+    stores = Stores(f"file://{tmp_path}")
+    case = LARGEST[0]
+    fetcher = stores.fetcher(case)
+    ids = np.random.default_rng(4).integers(0, case.n, 50)  # repeats, any order
+    row = 4 * DIM
+    trips = fetcher.reader.stats.round_trips
+    rows = fetcher.read_features(ids, max_buffer_bytes=7 * row)
+    np.testing.assert_array_equal(rows, case.features[ids])
+    assert rows.dtype == np.float32 and rows.flags.c_contiguous
+    # 50 rows, 7 a chunk: 8 reads, each within its chunk's needed bytes twice over
+    assert fetcher.reader.stats.round_trips - trips == 8
+    assert fetcher.reader.stats.bytes_read <= 2 * fetcher.reader.stats.bytes_needed
+    # a buffer larger than the rows: one read, as without a bound
+    again = fetcher.read_features(ids, max_buffer_bytes=10**9)
+    np.testing.assert_array_equal(again, rows)
+    assert fetcher.reader.stats.round_trips - trips == 9
+    stores.backend.close()

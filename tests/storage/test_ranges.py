@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gnn_faas.errors import CorruptBlob
 from gnn_faas.storage.backends import open_backend
-from gnn_faas.storage.ranges import RangeReader, coalesce, plan_cost
+from gnn_faas.storage.ranges import ByteBudget, RangeReader, coalesce, plan_cost
 from gnn_faas.storage.request_cost import RequestCost, constants_for
 from tests.storage.backend_suite import blob, random_ranges, slices
 
@@ -236,3 +236,60 @@ def test_the_budgeted_plan_is_the_cheapest_within_its_budget(pairs, max_gap, bud
         if all(gaps[i] < max_gap for i in chosen) and sum(gaps[i] for i in chosen) <= budget:
             best = min(best, union.starts.size - len(chosen))
     assert plan.starts.size == best
+
+
+def test_a_budget_over_several_reads_spends_a_promise_early():
+    # ranges of 10 bytes with gaps of 40: each merge saves one request for 40 bytes
+    starts = np.arange(5) * 50
+    ends = starts + 10
+    # alone, a read of 50 needed bytes may move 50 more: one gap merged
+    assert coalesce(starts, ends, 1e9, ByteBudget(1.0).allowance).starts.size == 4
+    # with 110 bytes promised to a later read, this one may spend 160: all 4 gaps
+    budget = ByteBudget(1.0)
+    budget.promise(110)
+    plan = coalesce(starts, ends, 1e9, budget.allowance)
+    assert plan.starts.size == 1 and plan.read_bytes == 210
+    budget.spend(plan.needed_bytes, plan.read_bytes - plan.needed_bytes)
+    # the promised read: 160 of the 50 + 110 needed are spent, nothing is left
+    budget.settle()
+    assert budget.allowance(110) == 0.0
+    later = coalesce(np.array([0, 20]), np.array([10, 110]), 1e9, budget.allowance)
+    assert later.starts.size == 2 and later.needed_bytes == 100
+    # a floor: a structure-only budget may always move that many bytes
+    assert ByteBudget(1.0, floor=1000).allowance(10) == 1000
+
+
+@PROPERTY
+@given(st.lists(st.tuples(range_sets(), st.floats(0, 400)), min_size=1, max_size=5),
+       st.floats(0, 2))  # fmt: skip
+def test_a_shared_budget_bounds_the_extra_bytes_of_all_its_reads(reads, fraction):
+    budget = ByteBudget(fraction)
+    needed = extra = 0
+    for (starts, ends), _ in reads:
+        plan = coalesce(starts, ends, 1e9, budget.allowance)
+        budget.spend(plan.needed_bytes, plan.read_bytes - plan.needed_bytes)
+        needed += plan.needed_bytes
+        extra += plan.read_bytes - plan.needed_bytes
+    assert extra == budget.extra and needed == budget.needed
+    assert extra <= fraction * needed + 1e-6
+
+
+def test_a_reader_spends_a_shared_budget(tmp_path):
+    with open_backend(str(tmp_path)) as store:
+        data = blob(1000, seed=3)
+        store.pipe_file("r.bin", data)
+        reader = RangeReader(store, RequestCost("t", 1.0, 1e-9))
+        budget = ByteBudget(1.0)
+        starts = np.array([0, 100, 200, 300])
+        got = reader.read("r.bin", starts, starts + 10, budget)
+        assert got.tobytes() == slices(data, starts, starts + 10)
+        # 40 needed, 40 to spare: no gap of 90 fits, four requests
+        assert reader.stats.ranges_requested == 4 and budget.extra == 0
+        got = reader.read("r.bin", starts + 50, starts + 60, budget)
+        assert got.tobytes() == slices(data, starts + 50, starts + 60)
+        # 80 needed so far: 80 to spare, still no pair of gaps of 90
+        assert reader.stats.ranges_requested == 8 and budget.needed == 80
+        budget.promise(200)
+        reader.read("r.bin", starts + 20, starts + 30, budget)
+        # 120 + 200 promised: 3 gaps of 90 (270 <= 320) merged into one request
+        assert reader.stats.ranges_requested == 9 and budget.extra == 270

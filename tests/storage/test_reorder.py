@@ -19,6 +19,7 @@ from gnn_faas.storage.ingest import ingest
 from gnn_faas.storage.reorder import (
     REORDERS,
     IdMap,
+    communities,
     permute_csr,
     ranges_per_neighbourhood,
     reorder_permutation,
@@ -59,6 +60,42 @@ def test_bfs_and_rcm_cut_the_ranges_of_two_hop_neighbourhoods(tmp_path):
         pip, pix = permute_csr(indptr, indices, order)
         mean[method] = ranges_per_neighbourhood(pip, pix, inv[targets]).mean()
     assert mean["bfs"] < 0.6 * mean["none"] and mean["rcm"] < 0.6 * mean["none"]
+
+
+def test_community_order_finds_planted_communities_and_cuts_ranges(tmp_path):
+    """A planted partition (8 communities, homophily 0.8): label propagation
+    recovers them, and grouping them (hubs first) cuts the ranges of 2-hop
+    neighbourhoods below bfs's, the order without community structure."""
+    from gnn_faas.storage.reorder import _pattern, _symmetric
+    from gnn_faas.storage.synth import synthesize
+
+    uri = f"file://{tmp_path}"
+    synthesize(uri, "higgs-twitter", scale=0.01, seed=1)
+    g = open_graph(uri, "higgs-twitter-like")
+    indptr, indices = g.read_blob("indptr"), g.read_blob("indices")
+    n = g.num_nodes
+    found = communities(_symmetric(_pattern(indptr, indices, n)))
+    assert found.shape == (n,) and np.array_equal(np.unique(found), np.arange(found.max() + 1))
+    truth = g.read_blob("labels")
+    # purity: each found community counted by its majority planted community
+    table = np.zeros((found.max() + 1, truth.max() + 1), np.int64)
+    np.add.at(table, (found, truth), 1)
+    assert table.max(axis=1).sum() >= 0.8 * n
+    assert 4 <= int(np.count_nonzero(table.sum(axis=1) > 0.05 * n)) <= 8
+    # the order: communities one after another, hubs first in each
+    order = reorder_permutation(indptr, indices, "community")
+    assert np.array_equal(np.sort(order), np.arange(n))
+    comm = found[order]
+    assert int(np.count_nonzero(np.diff(comm))) == found.max()  # each community contiguous
+    targets = np.random.default_rng(0).choice(n, 100, replace=False)
+    mean = {}
+    for method in ("none", "bfs", "community"):
+        order = reorder_permutation(indptr, indices, method)
+        inv = np.empty_like(order)
+        inv[order] = np.arange(n)
+        pip, pix = permute_csr(indptr, indices, order)
+        mean[method] = ranges_per_neighbourhood(pip, pix, inv[targets]).mean()
+    assert mean["community"] < 0.9 * mean["bfs"] and mean["bfs"] < mean["none"], mean
 
 
 def test_ranges_are_runs_of_consecutive_ids():
