@@ -59,8 +59,10 @@ class _Pool:
     """One function's instances under the load-aware policy, with the times
     the simulator reports (spawn, stop, per-execution start and end)."""
 
-    def __init__(self, name, clock, cal: Calibration, cold_s: float, events: list, seq, policy_cls):
-        self.policy = policy_cls(cal.max_instances, clock=clock, name=name)
+    def __init__(
+        self, name, clock, cal: Calibration, cold_s: float, events: list, seq, policy_cls, ratio
+    ):
+        self.policy = policy_cls(cal.max_instances, clock=clock, name=name, launch_wait_ratio=ratio)
         self.clock = clock
         self.cold_s = cold_s
         self.keep_alive_s = cal.keep_alive_s
@@ -154,19 +156,22 @@ def run_gateway(
     end_s: float = 0.0,
     progress: Callable[[int], None] | None = None,
     policy_cls: type[LoadAwarePolicy] = LoadAwarePolicy,
+    launch_wait_ratio: float | None = None,
 ) -> GatewayRun:
     """Every request of ``stream`` through the buffers (``state``; None: none)
-    and the function pools (module docstring)."""
+    and the function pools (module docstring); ``launch_wait_ratio``: the pools'
+    launch budget (:class:`LoadAwarePolicy`; None: FaaS-GNN's launch rule)."""
     clock = FakeClock(0.0)
     events: list = []
     seq = iter(range(1 << 62))
+    r = launch_wait_ratio
     if cal.memory_share is None:
-        stages = [_Pool("pair", clock, cal, cal.cold_start_s, events, seq, policy_cls)]
+        stages = [_Pool("pair", clock, cal, cal.cold_start_s, events, seq, policy_cls, r)]
         shares = [1.0]
     else:
         stages = [
-            _Pool("memory", clock, cal, cal.cold_start_memory_s, events, seq, policy_cls),
-            _Pool("compute", clock, cal, cal.cold_start_compute_s, events, seq, policy_cls),
+            _Pool("memory", clock, cal, cal.cold_start_memory_s, events, seq, policy_cls, r),
+            _Pool("compute", clock, cal, cal.cold_start_compute_s, events, seq, policy_cls, r),
         ]
         shares = [cal.memory_share, 1.0 - cal.memory_share]
     a0, b0 = cal.exec_intercept_s, cal.exec_per_row_s
