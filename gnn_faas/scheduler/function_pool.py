@@ -22,8 +22,13 @@ With a launch budget ``r`` (``launch_wait_ratio``; graph sharing passes its
 items (exponentially weighted, ``WAIT_EWMA`` per item),
 
     launch  iff  n_req > n_instances  and  n_instances < max_instances
-                 and  (no instance is warm  or  W̄ >= r·S̄)
+                 and  (no instance is warm  or  (none is launching
+                       and  n_W >= MIN_EVIDENCE  and  W̄ >= r·S̄))
 
+``W̄`` describes the pool as it is: it is measured afresh (``n_W`` waits, the
+mean bias-corrected so it is the plain mean of the first ones) from the moment
+a launched instance becomes ready, and no second launch happens while one is
+under way (the waits of a cold start say nothing about the pool after it).
 A launch keeps an instance allocated for at least its keep-alive, so it pays
 only where waiting already costs more than the slack allows on this stage
 (``r·S̄``): a short stage (the compute functions' Update) absorbs a transient
@@ -67,6 +72,7 @@ T = TypeVar("T")
 
 LAUNCHING, IDLE, BUSY = "launching", "idle", "busy"
 WAIT_EWMA = 0.01  # weight of one item in the mean queue wait and service time
+MIN_EVIDENCE = 100  # waits measured since the pool last grew before the budget may launch
 
 
 @dataclass(frozen=True)
@@ -117,8 +123,8 @@ class LoadAwarePolicy:
             raise ValueError("launch_wait_ratio must be >= 0")
         self.max_instances = int(max_instances)
         self.launch_wait_ratio = launch_wait_ratio
-        self.mean_wait_s = 0.0  # W̄
-        self.mean_service_s = 0.0  # S̄
+        self._wait = _Mean()  # W̄
+        self._service = _Mean()  # S̄
         self.clock = clock
         self.name = name
         self.instances: dict[Hashable, InstanceState] = {}
@@ -180,7 +186,21 @@ class LoadAwarePolicy:
     def launch_worth_it(self) -> bool:
         """``W̄ >= r·S̄`` (always, without a launch budget ``r``)."""
         r = self.launch_wait_ratio
-        return r is None or self.mean_wait_s >= r * self.mean_service_s
+        if r is None:
+            return True
+        if any(s.state == LAUNCHING for s in self.instances.values()):
+            return False  # W̄ was measured without the instance on its way
+        if self._wait.n < MIN_EVIDENCE:
+            return False  # too few waits measured on the pool as it is
+        return self.mean_wait_s >= r * self.mean_service_s
+
+    @property
+    def mean_wait_s(self) -> float:
+        return self._wait.value
+
+    @property
+    def mean_service_s(self) -> float:
+        return self._service.value
 
     def launch(self) -> Launch:
         """Start an instance unconditionally (minimum instances, recovery)."""
@@ -196,6 +216,7 @@ class LoadAwarePolicy:
         s = self._get(instance)
         if s.state != LAUNCHING:
             raise ValueError(f"instance {instance!r} is not launching")
+        self._wait = _Mean()  # the pool grew: its waits are measured afresh
         return self._idle(s)
 
     def finished(self, instance: Hashable) -> list[Action]:
@@ -204,7 +225,7 @@ class LoadAwarePolicy:
         if s.state != BUSY:
             raise ValueError(f"instance {instance!r} is not busy")
         s.current = None
-        self.mean_service_s += WAIT_EWMA * (self._now() - s.since - self.mean_service_s)
+        self._service.add(self._now() - s.since)
         return self._idle(s)
 
     def failed(self, instance: Hashable) -> tuple[list[Action], Hashable | None]:
@@ -252,7 +273,7 @@ class LoadAwarePolicy:
         if t0 is not None:
             wait = max(0.0, s.since - t0)
             self.waits.append(wait)
-            self.mean_wait_s += WAIT_EWMA * (wait - self.mean_wait_s)
+            self._wait.add(wait)
         return Run(s.id, item)
 
     def _idle(self, s: InstanceState) -> list[Action]:
@@ -276,6 +297,25 @@ class LoadAwarePolicy:
             "queue_wait_p50_s": float(np.percentile(w, 50)),
             "queue_wait_p99_s": float(np.percentile(w, 99)),
         }
+
+
+class _Mean:
+    """Exponentially weighted mean (``WAIT_EWMA`` per value), bias-corrected so
+    that it is the plain mean of the first values rather than pulled to 0."""
+
+    def __init__(self) -> None:
+        self.raw = 0.0
+        self.weight = 0.0  # 1 − (1 − w)^n
+        self.n = 0
+
+    def add(self, x: float) -> None:
+        self.n += 1
+        self.raw += WAIT_EWMA * (x - self.raw)
+        self.weight += WAIT_EWMA * (1.0 - self.weight)
+
+    @property
+    def value(self) -> float:
+        return self.raw / self.weight if self.weight > 0 else 0.0
 
 
 class RequestCentricPolicy(LoadAwarePolicy):

@@ -19,6 +19,7 @@ from gnn_faas.errors import InvalidRequest, Unavailable
 from gnn_faas.scheduler.function_pool import (
     BUSY,
     IDLE,
+    MIN_EVIDENCE,
     FunctionPool,
     Launch,
     LoadAwarePolicy,
@@ -394,6 +395,26 @@ def test_launch_budget_launches_only_when_queueing_is_sustained():
     assert launched_at is not None and 5 < launched_at <= 15
     assert budget.mean_wait_s >= 0.1 * budget.mean_service_s
     assert budget.n_instances == 2
+    # while that instance launches, the queue keeps waiting: no second launch
+    for j in range(40, 60):
+        clock.advance(0.010)
+        budget.finished("cmp-1")
+        assert budget.submit(f"q{j}") == []
+    # once it is ready the waits are measured afresh: a launch needs
+    # MIN_EVIDENCE new waits however long the old ones were
+    budget.ready("cmp-2")
+    assert budget.mean_wait_s == 0.0
+    launched_at = None
+    for j in range(60, 400):
+        clock.advance(0.010)
+        for inst in ("cmp-1", "cmp-2"):
+            if budget.instances[inst].state == BUSY:
+                budget.finished(inst)
+        for k in range(3):  # 3 items per 10 ms on 2 instances: the queue grows
+            if any(isinstance(a, Launch) for a in budget.submit(f"r{j}.{k}")):
+                launched_at = launched_at or j
+    assert launched_at is not None and launched_at - 60 >= MIN_EVIDENCE // 3
+    assert budget.n_instances == 3
 
 
 def test_launch_budget_follows_the_models_mode_and_objective():
