@@ -20,7 +20,9 @@ Per model, ``objective``:
   estimated as the execution time of one request: a line ``d = α + β·k``
   fitted to the measured executions (``d`` seconds from dispatch to answer,
   ``k`` requests merged; exponentially weighted least squares), ``L₁ = α + β``.
-  Without sharing, a request that finds an idle instance takes one execution.
+  Without sharing, a request that finds an idle instance takes one execution
+  (``L₁`` leaves out the queueing no sharing would meet at this load, so the
+  bound errs on the fast side).
   ``P₁`` is that policy's p99 by the same reasoning: the 99th percentile of
   the durations of the last ``WINDOW`` executions of one request (at the same
   load, on the same pools); the p99 term keeps holding requests for company
@@ -46,11 +48,16 @@ sharing, but a longer backlog wait. After every execution
 with ``m`` the EWMA of the requests' measured latency (buffer wait plus
 execution) and ``q`` the 99th percentile of that latency over the last
 ``WINDOW`` requests (each execution's mean for each of its requests; ``P₁``
-and ``q`` are recomputed every
-``QUANTILE_EVERY`` executions, and ``q`` counts once one-request executions
-fill the window): above either bound ``C`` rises and the load-aware pool
-launches instances for the extra executions; below both ``C`` falls and
-requests share.
+and ``q`` are recomputed every ``QUANTILE_EVERY`` executions, and the p99
+term counts once one-request executions fill ``P₁``'s window): above either
+bound ``C`` rises and the load-aware pools launch instances for the extra
+executions once their queues wait long enough (their launch budget,
+:mod:`gnn_faas.scheduler.function_pool`); below both ``C`` falls and requests
+share.
+
+The decision-tree configurator keeps its role under ``cost``; under
+``balanced`` and ``latency`` the gate times the buffers and the tree is not
+consulted (the SLO cap and ``Tmax`` still hold).
 
 The SLO cap and ``Tmax`` of :mod:`gnn_faas.gateway.buffer` still bound every
 buffer, and ``max_requests_per_buffer`` closes a full one, so the gate never
@@ -69,7 +76,7 @@ from gnn_faas.choices import OBJECTIVES
 
 EWMA_WEIGHT = 0.02  # per request (an execution of k requests weighs 1 − (1 − w)^k)
 GAIN = 0.05  # change of C per execution at a mean latency one L₁ off the bound
-WINDOW = 2000  # executions behind the p99 figures q and P₁
+WINDOW = 2000  # requests behind q, one-request executions behind P₁
 QUANTILE_EVERY = 50  # executions between two recomputations of q and P₁
 
 
