@@ -14,12 +14,19 @@ Per model, ``objective``:
 - ``balanced`` (default): minimise GB-s subject to p99 <= SLO and
 
       mean latency <= (1 + s)·L₁                       (s = ``latency_slack``)
+      p99 latency  <= (1 + s)·P₁
 
   ``L₁`` is the mean latency the no-sharing policy would have at this load,
   estimated as the execution time of one request: a line ``d = α + β·k``
   fitted to the measured executions (``d`` seconds from dispatch to answer,
   ``k`` requests merged; exponentially weighted least squares), ``L₁ = α + β``.
-  Without sharing, a request that finds an idle instance takes one execution.
+  Without sharing, a request that finds an idle instance takes one execution
+  (``L₁`` leaves out the queueing no sharing would meet at this load, so the
+  bound errs on the fast side).
+  ``P₁`` is that policy's p99 by the same reasoning: the 99th percentile of
+  the durations of the last ``WINDOW`` executions of one request (at the same
+  load, on the same pools); the p99 term keeps holding requests for company
+  from stretching the tail even where the mean has room.
 
 A buffer in a gated pool closes (its batch is dispatched):
 
@@ -35,11 +42,22 @@ A buffer in a gated pool closes (its batch is dispatched):
 instances alive (the pool's extra ones idle out at their keep-alive) and more
 sharing, but a longer backlog wait. After every execution
 
-      C ← clip(C + G·(m − (1 + s)·L₁) / L₁, 1, C_max)          (G = ``GAIN``)
+      e = max(m − (1 + s)·L₁,  q − (1 + s)·P₁) / L₁
+      C ← clip(C + G·e, 1, C_max)                                (G = ``GAIN``)
 
 with ``m`` the EWMA of the requests' measured latency (buffer wait plus
-execution): above the bound ``C`` rises and the load-aware pool launches
-instances for the extra executions; below it ``C`` falls and requests share.
+execution) and ``q`` the 99th percentile of that latency over the last
+``WINDOW`` requests (each execution's mean for each of its requests; ``P₁``
+and ``q`` are recomputed every ``QUANTILE_EVERY`` executions, and the p99
+term counts once one-request executions fill ``P₁``'s window): above either
+bound ``C`` rises and the load-aware pools launch instances for the extra
+executions once their queues wait long enough (their launch budget,
+:mod:`gnn_faas.scheduler.function_pool`); below both ``C`` falls and requests
+share.
+
+The decision-tree configurator keeps its role under ``cost``; under
+``balanced`` and ``latency`` the gate times the buffers and the tree is not
+consulted (the SLO cap and ``Tmax`` still hold).
 
 The SLO cap and ``Tmax`` of :mod:`gnn_faas.gateway.buffer` still bound every
 buffer, and ``max_requests_per_buffer`` closes a full one, so the gate never
@@ -52,10 +70,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from gnn_faas.choices import OBJECTIVES
 
 EWMA_WEIGHT = 0.02  # per request (an execution of k requests weighs 1 − (1 − w)^k)
 GAIN = 0.05  # change of C per execution at a mean latency one L₁ off the bound
+WINDOW = 2000  # requests behind q, one-request executions behind P₁
+QUANTILE_EVERY = 50  # executions between two recomputations of q and P₁
 
 
 @dataclass(frozen=True)
@@ -89,6 +111,10 @@ class WorkConservingGate:
         self.fit = _LineFit(float(exec_estimate_s))  # d = α + β·k
         self.latency_s = float(exec_estimate_s)  # m
         self.executions = 0
+        self.recent = _Window(WINDOW)  # per execution: its requests' mean latency
+        self.singles = _Window(WINDOW)  # durations of one-request executions
+        self.p99_s = 0.0  # q
+        self.single_p99_s = math.inf  # P₁ (unknown: no p99 term)
 
     @property
     def active(self) -> bool:
@@ -139,8 +165,17 @@ class WorkConservingGate:
         weight = 1.0 - (1.0 - EWMA_WEIGHT) ** k
         self.fit.add(float(k), float(duration_s), weight)
         self.latency_s += weight * (mean_wait_s + duration_s - self.latency_s)
+        self.recent.add(mean_wait_s + duration_s, min(k, self.recent.values.size))
+        if k == 1:
+            self.singles.add(duration_s)
+        if self.executions % QUANTILE_EVERY == 0:
+            self.p99_s = self.recent.p99()
+            self.single_p99_s = self.singles.p99() if self.singles.full else math.inf
         if self.objective.name == "balanced" and self.max_concurrency is not None:
-            error = (self.latency_s - self.bound_s) / max(self.single_s, 1e-6)
+            error = max(
+                self.latency_s - self.bound_s,
+                self.p99_s - (1.0 + self.objective.slack) * self.single_p99_s,
+            ) / max(self.single_s, 1e-6)
             c = self.concurrency + GAIN * error
             self.concurrency = min(max(c, 1.0), float(self.max_concurrency))
 
@@ -154,7 +189,34 @@ class WorkConservingGate:
             "single_execution_ms": self.single_s * 1e3,
             "mean_latency_ms": self.latency_s * 1e3,
             "bound_ms": self.bound_s * 1e3,
+            "p99_latency_ms": self.p99_s * 1e3,
+            "p99_bound_ms": (
+                (1.0 + self.objective.slack) * self.single_p99_s * 1e3
+                if math.isfinite(self.single_p99_s)
+                else None
+            ),
         }
+
+
+class _Window:
+    """The last ``size`` values, in a ring (numpy), and their 99th percentile."""
+
+    def __init__(self, size: int):
+        self.values = np.zeros(size)
+        self.n = 0
+
+    @property
+    def full(self) -> bool:
+        return self.n >= self.values.size
+
+    def add(self, x: float, times: int = 1) -> None:
+        for _ in range(times):
+            self.values[self.n % self.values.size] = x
+            self.n += 1
+
+    def p99(self) -> float:
+        k = min(self.n, self.values.size)
+        return float(np.percentile(self.values[:k], 99)) if k else 0.0
 
 
 class _LineFit:

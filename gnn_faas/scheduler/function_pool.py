@@ -16,6 +16,25 @@ On a new item (``n_req``: items running, queued or waiting, this one included;
 3. else queue it on the warm instance with the shortest queue (pending if
    none is warm yet).
 
+With a launch budget ``r`` (``launch_wait_ratio``; graph sharing passes its
+``latency_slack``), rule 2 launches only when queueing is sustained: with
+``W̄`` the mean queue wait and ``S̄`` the mean service time of the pool's
+items (exponentially weighted, ``WAIT_EWMA`` per item),
+
+    launch  iff  n_req > n_instances  and  n_instances < max_instances
+                 and  (no instance is warm  or  (none is launching
+                       and  n_W >= MIN_EVIDENCE  and  W̄ >= r·S̄))
+
+``W̄`` describes the pool as it is: it is measured afresh (``n_W`` waits, the
+mean bias-corrected so it is the plain mean of the first ones) from the moment
+a launched instance becomes ready, and no second launch happens while one is
+under way (the waits of a cold start say nothing about the pool after it).
+A launch keeps an instance allocated for at least its keep-alive, so it pays
+only where waiting already costs more than the slack allows on this stage
+(``r·S̄``): a short stage (the compute functions' Update) absorbs a transient
+queue on its warm instances instead of one instance per burst. ``r = None``
+is FaaS-GNN's rule unchanged (the ``no_sharing`` baseline keeps it).
+
 When an instance becomes idle (it finished an item or just became ready) it
 takes work: the head of its own queue, else the head of the pending queue,
 else the **tail** of the longest queue of another instance (work stealing:
@@ -52,6 +71,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 LAUNCHING, IDLE, BUSY = "launching", "idle", "busy"
+WAIT_EWMA = 0.01  # weight of one item in the mean queue wait and service time
+MIN_EVIDENCE = 100  # waits measured since the pool last grew before the budget may launch
 
 
 @dataclass(frozen=True)
@@ -89,10 +110,21 @@ class LoadAwarePolicy:
     figures and keep-alive; without it those figures read 0.
     """
 
-    def __init__(self, max_instances: int, clock: Clock | None = None, name: str = "fn"):
+    def __init__(
+        self,
+        max_instances: int,
+        clock: Clock | None = None,
+        name: str = "fn",
+        launch_wait_ratio: float | None = None,
+    ):
         if max_instances < 1:
             raise ValueError("max_instances must be >= 1")
+        if launch_wait_ratio is not None and not launch_wait_ratio >= 0:
+            raise ValueError("launch_wait_ratio must be >= 0")
         self.max_instances = int(max_instances)
+        self.launch_wait_ratio = launch_wait_ratio
+        self._wait = _Mean()  # W̄
+        self._service = _Mean()  # S̄
         self.clock = clock
         self.name = name
         self.instances: dict[Hashable, InstanceState] = {}
@@ -138,7 +170,11 @@ class LoadAwarePolicy:
             return [self._run(idle[0], item)]
         actions: list[Action] = []
         n_req = self.n_requests + 1
-        if n_req > self.n_instances and self.n_instances < self.max_instances:
+        if (
+            n_req > self.n_instances
+            and self.n_instances < self.max_instances
+            and (not warm or self.launch_worth_it())
+        ):
             actions.append(self.launch())
         self.queued_items += 1
         if warm:
@@ -146,6 +182,25 @@ class LoadAwarePolicy:
         else:
             self.pending.append(item)
         return actions
+
+    def launch_worth_it(self) -> bool:
+        """``W̄ >= r·S̄`` (always, without a launch budget ``r``)."""
+        r = self.launch_wait_ratio
+        if r is None:
+            return True
+        if any(s.state == LAUNCHING for s in self.instances.values()):
+            return False  # W̄ was measured without the instance on its way
+        if self._wait.n < MIN_EVIDENCE:
+            return False  # too few waits measured on the pool as it is
+        return self.mean_wait_s >= r * self.mean_service_s
+
+    @property
+    def mean_wait_s(self) -> float:
+        return self._wait.value
+
+    @property
+    def mean_service_s(self) -> float:
+        return self._service.value
 
     def launch(self) -> Launch:
         """Start an instance unconditionally (minimum instances, recovery)."""
@@ -161,6 +216,7 @@ class LoadAwarePolicy:
         s = self._get(instance)
         if s.state != LAUNCHING:
             raise ValueError(f"instance {instance!r} is not launching")
+        self._wait = _Mean()  # the pool grew: its waits are measured afresh
         return self._idle(s)
 
     def finished(self, instance: Hashable) -> list[Action]:
@@ -169,6 +225,7 @@ class LoadAwarePolicy:
         if s.state != BUSY:
             raise ValueError(f"instance {instance!r} is not busy")
         s.current = None
+        self._service.add(self._now() - s.since)
         return self._idle(s)
 
     def failed(self, instance: Hashable) -> tuple[list[Action], Hashable | None]:
@@ -214,7 +271,9 @@ class LoadAwarePolicy:
         s.state, s.current, s.since = BUSY, item, self._now()
         t0 = self._enqueued_at.pop(item, None)
         if t0 is not None:
-            self.waits.append(max(0.0, s.since - t0))
+            wait = max(0.0, s.since - t0)
+            self.waits.append(wait)
+            self._wait.add(wait)
         return Run(s.id, item)
 
     def _idle(self, s: InstanceState) -> list[Action]:
@@ -238,6 +297,25 @@ class LoadAwarePolicy:
             "queue_wait_p50_s": float(np.percentile(w, 50)),
             "queue_wait_p99_s": float(np.percentile(w, 99)),
         }
+
+
+class _Mean:
+    """Exponentially weighted mean (``WAIT_EWMA`` per value), bias-corrected so
+    that it is the plain mean of the first values rather than pulled to 0."""
+
+    def __init__(self) -> None:
+        self.raw = 0.0
+        self.weight = 0.0  # 1 − (1 − w)^n
+        self.n = 0
+
+    def add(self, x: float) -> None:
+        self.n += 1
+        self.raw += WAIT_EWMA * (x - self.raw)
+        self.weight += WAIT_EWMA * (1.0 - self.weight)
+
+    @property
+    def value(self) -> float:
+        return self.raw / self.weight if self.weight > 0 else 0.0
 
 
 class RequestCentricPolicy(LoadAwarePolicy):
@@ -311,6 +389,7 @@ class FunctionPool:
         on_failed: Callable[[Any], None] | None = None,
         max_attempts: int = 3,
         policy: str = "load_aware",
+        launch_wait_ratio: float | None = None,
     ):
         if not 0 <= min_instances <= max_instances:
             raise ValueError("need 0 <= min_instances <= max_instances")
@@ -323,7 +402,7 @@ class FunctionPool:
         self.clock = clock
         self.on_failed = on_failed
         self.max_attempts = int(max_attempts)
-        self.policy = POLICIES[policy](max_instances, clock, name)
+        self.policy = POLICIES[policy](max_instances, clock, name, launch_wait_ratio)
         self._lock = threading.Lock()
         self._instances: dict[Hashable, Any] = {}
         self._work: dict[int, _Work] = {}

@@ -59,6 +59,18 @@ def memory_mb(serving: ServingConfig, model: ModelServingConfig) -> int:
     return model.memory_function_mb or serving.platform.memory_function_mb
 
 
+def launch_wait_ratio(serving: ServingConfig, model: ModelServingConfig) -> float | None:
+    """The function pools' launch budget (:class:`LoadAwarePolicy`): graph sharing
+    under the ``balanced`` objective launches only when queueing costs more than
+    its ``latency_slack`` of a stage's service time; every other mode and
+    objective keeps FaaS-GNN's launch rule (None)."""
+    objective = model.buffers.objective or serving.buffers.objective
+    if model.mode != "graph_sharing" or objective != "balanced":
+        return None
+    slack = model.buffers.latency_slack
+    return float(serving.buffers.latency_slack if slack is None else slack)
+
+
 def function_specs(
     serving: ServingConfig, model: ModelServingConfig, checkpoint: Path
 ) -> tuple[FunctionSpec, FunctionSpec]:
@@ -111,6 +123,7 @@ def build_model_functions(
             min_instances=p.min_instances,
             policy=policy,
             on_failed=lambda inst: platform.stop(inst.id),
+            launch_wait_ratio=launch_wait_ratio(serving, model),
         )
 
     memory_pool = pool(memory_spec, p.max_memory_instances)

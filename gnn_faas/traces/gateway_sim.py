@@ -59,8 +59,10 @@ class _Pool:
     """One function's instances under the load-aware policy, with the times
     the simulator reports (spawn, stop, per-execution start and end)."""
 
-    def __init__(self, name, clock, cal: Calibration, cold_s: float, events: list, seq, policy_cls):
-        self.policy = policy_cls(cal.max_instances, clock=clock, name=name)
+    def __init__(
+        self, name, clock, cal: Calibration, cold_s: float, events: list, seq, policy_cls, ratio
+    ):
+        self.policy = policy_cls(cal.max_instances, clock=clock, name=name, launch_wait_ratio=ratio)
         self.clock = clock
         self.cold_s = cold_s
         self.keep_alive_s = cal.keep_alive_s
@@ -150,15 +152,17 @@ def _stages(
     events: list,
     seq: Iterator[int],
     policy_cls: type[LoadAwarePolicy],
+    ratio: float | None,
 ) -> tuple[list[_Pool], list[float]]:
     """The pools an execution passes through and each one's share of its
     service time: one pool for the pair, or memory then compute when the
-    calibration splits the time (``memory_share``)."""
+    calibration splits the time (``memory_share``); ``ratio``: the pools'
+    launch budget (``LoadAwarePolicy``'s ``launch_wait_ratio``)."""
     if cal.memory_share is None:
-        return [_Pool("pair", clock, cal, cal.cold_start_s, events, seq, policy_cls)], [1.0]
+        return [_Pool("pair", clock, cal, cal.cold_start_s, events, seq, policy_cls, ratio)], [1.0]
     stages = [
-        _Pool("memory", clock, cal, cal.cold_start_memory_s, events, seq, policy_cls),
-        _Pool("compute", clock, cal, cal.cold_start_compute_s, events, seq, policy_cls),
+        _Pool("memory", clock, cal, cal.cold_start_memory_s, events, seq, policy_cls, ratio),
+        _Pool("compute", clock, cal, cal.cold_start_compute_s, events, seq, policy_cls, ratio),
     ]
     return stages, [cal.memory_share, 1.0 - cal.memory_share]
 
@@ -183,13 +187,15 @@ def run_gateway(
     end_s: float = 0.0,
     progress: Callable[[int], None] | None = None,
     policy_cls: type[LoadAwarePolicy] = LoadAwarePolicy,
+    launch_wait_ratio: float | None = None,
 ) -> GatewayRun:
     """Every request of ``stream`` through the buffers (``state``; None: none)
-    and the function pools (module docstring)."""
+    and the function pools (module docstring); ``launch_wait_ratio``: the pools'
+    launch budget (:class:`LoadAwarePolicy`; None: FaaS-GNN's launch rule)."""
     clock = FakeClock(0.0)
     events: list = []
     seq = iter(range(1 << 62))
-    stages, shares = _stages(cal, clock, events, seq, policy_cls)
+    stages, shares = _stages(cal, clock, events, seq, policy_cls, launch_wait_ratio)
     a0, b0 = cal.exec_intercept_s, cal.exec_per_row_s
     ratios, draws = _service_draws(cal, seed, len(stream))
 

@@ -668,8 +668,11 @@ def _gnn_faas_coupled(setup: SimulationSetup, progress=None) -> PolicyRun:
     def decide(b, st, now):  # the configurator the gateway would call
         return int(setup.configurator.decide(st))
 
+    bc = setup.buffer_config  # the gateway's launch budget (scheduler.model_functions)
+    ratio = bc.latency_slack if bc.objective == "balanced" else None
     run = run_gateway(s, cal, state, decide, seed=setup.seed, end_s=setup.duration_s,
-                      progress=progress, policy_cls=setup.policy_cls)  # fmt: skip
+                      progress=progress, policy_cls=setup.policy_cls,
+                      launch_wait_ratio=ratio)  # fmt: skip
     members = np.bincount(run.execution, minlength=run.rows.size)
     total = np.bincount(run.execution, weights=s.sizes, minlength=run.rows.size)
     sharing = 1.0 - run.rows / np.maximum(total, 1)

@@ -17,7 +17,7 @@ from gnn_faas.errors import InvalidRequest
 from gnn_faas.gateway.buffer import PendingRequest
 from gnn_faas.gateway.buffer_pool import BufferConfig, BufferPoolState, MultiBufferPool
 from gnn_faas.gateway.timeout_configurator import FixedTimeoutConfigurator
-from gnn_faas.gateway.work_conserving import Objective
+from gnn_faas.gateway.work_conserving import Objective, WorkConservingGate
 
 
 def make_pool(objective="balanced", capacity=1, **kw):
@@ -236,3 +236,38 @@ def test_a_held_buffer_has_no_deadline_in_its_snapshot():
     assert snap["requests"] == 1 and snap["deadline_in_s"] is None
     assert snap["closes_in_s"] > 0
     json.dumps(pool.snapshot(), allow_nan=False)  # raises on inf
+
+
+def _feed(gate: WorkConservingGate, executions: int, held_every: int, held_wait_s: float) -> None:
+    """One-request executions of 20 ms (so ``L₁`` = ``P₁`` = 20 ms); every
+    ``held_every``-th execution instead merges 2 requests that waited
+    ``held_wait_s`` in their buffer (taking the same 20 ms)."""
+    for e in range(executions):
+        gate.dispatched()
+        if e % held_every == 0:
+            gate.finished(0.020, 2, held_wait_s)
+        else:
+            gate.finished(0.020, 1, 0.0)
+
+
+def test_balanced_raises_concurrency_when_the_tail_breaks_its_p99_bound():
+    # 2 of every 51 requests wait 30 ms: mean 21.2 ms, within (1 + 0.1)·20 = 22 ms,
+    # but the p99 (50 ms) is far above (1 + 0.1)·P₁ = 22 ms: C must rise to C_max
+    tail = WorkConservingGate(Objective("balanced", 0.1), 0.020)
+    tail.set_max_concurrency(4)
+    _feed(tail, 6000, held_every=50, held_wait_s=0.030)
+    assert tail.latency_s < tail.bound_s
+    assert tail.single_p99_s == pytest.approx(0.020)
+    assert tail.p99_s == pytest.approx(0.050)
+    assert tail.concurrency == 4.0
+    # the same with a 1 ms wait: both bounds hold, so C falls and requests share
+    short = WorkConservingGate(Objective("balanced", 0.1), 0.020)
+    short.set_max_concurrency(4)
+    short.concurrency = 4.0
+    _feed(short, 6000, held_every=50, held_wait_s=0.001)
+    assert short.p99_s < 1.1 * short.single_p99_s
+    assert short.concurrency == 1.0
+    d = short.as_dict()
+    assert d["p99_bound_ms"] == pytest.approx(22.0)
+    unknown = WorkConservingGate(Objective("balanced", 0.1), 0.020).as_dict()
+    assert unknown["p99_bound_ms"] is None  # strict JSON: no Infinity before P₁ is known

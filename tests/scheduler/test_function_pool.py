@@ -20,6 +20,7 @@ from gnn_faas.errors import InvalidRequest, Unavailable
 from gnn_faas.scheduler.function_pool import (
     BUSY,
     IDLE,
+    MIN_EVIDENCE,
     FunctionPool,
     Launch,
     LoadAwarePolicy,
@@ -394,3 +395,81 @@ def test_inline_submit_runs_on_the_caller_when_an_instance_is_idle():
         assert pool.submit(lambda inst: 7, inline=True).result(timeout=0) == 7
     finally:
         pool.close()
+
+
+def _serve_alone(p: LoadAwarePolicy, clock: FakeClock, items: range, service_s: float) -> None:
+    """Items one at a time on an idle instance: no queue wait, ``service_s`` each."""
+    for i in items:
+        [run] = p.submit(i)
+        clock.advance(service_s)
+        assert p.finished(run.instance) == []
+
+
+def test_launch_budget_launches_only_when_queueing_is_sustained():
+    clock = FakeClock()
+    budget = LoadAwarePolicy(4, clock=clock, name="cmp", launch_wait_ratio=0.1)
+    faas = LoadAwarePolicy(4, clock=FakeClock(), name="cmp")
+    for p in (budget, faas):
+        clock = p.clock
+        assert p.submit("first") == [Launch("cmp-1")]
+        assert p.ready("cmp-1") == [Run("cmp-1", "first")]
+        assert p.finished("cmp-1") == []
+        _serve_alone(p, clock, range(300), 0.010)
+        assert p.submit("running")[0].instance == "cmp-1"
+    assert budget.mean_service_s == pytest.approx(0.010, rel=0.1)
+    assert budget.mean_wait_s == 0.0
+    # a transient queue: FaaS-GNN's rule launches, the budget (W̄ 0 < 0.1·S̄) queues
+    assert faas.submit("burst") == [Launch("cmp-2")]
+    assert budget.submit("burst") == [] and budget.queue_lengths() == {"cmp-1": 1}
+    # sustained: every item now waits one service time (10 ms) behind another;
+    # W̄ = 10 ms·(1 − 0.99^j) reaches 0.1·S̄ ≈ 1 ms at about the 11th such item
+    launched_at = None
+    clock = budget.clock
+    for j in range(1, 40):
+        clock.advance(0.010)
+        assert budget.finished("cmp-1")[0].instance == "cmp-1"  # takes the queued one
+        if budget.submit(f"q{j}"):
+            launched_at = j
+            break
+    assert launched_at is not None and 5 < launched_at <= 15
+    assert budget.mean_wait_s >= 0.1 * budget.mean_service_s
+    assert budget.n_instances == 2
+    # while that instance launches, the queue keeps waiting: no second launch
+    for j in range(40, 60):
+        clock.advance(0.010)
+        budget.finished("cmp-1")
+        assert budget.submit(f"q{j}") == []
+    # once it is ready the waits are measured afresh: a launch needs
+    # MIN_EVIDENCE new waits however long the old ones were
+    budget.ready("cmp-2")
+    assert budget.mean_wait_s == 0.0
+    launched_at = None
+    for j in range(60, 400):
+        clock.advance(0.010)
+        for inst in ("cmp-1", "cmp-2"):
+            if budget.instances[inst].state == BUSY:
+                budget.finished(inst)
+        for k in range(3):  # 3 items per 10 ms on 2 instances: the queue grows
+            if any(isinstance(a, Launch) for a in budget.submit(f"r{j}.{k}")):
+                launched_at = launched_at or j
+    assert launched_at is not None and launched_at - 60 >= MIN_EVIDENCE // 3
+    assert budget.n_instances == 3
+
+
+def test_launch_budget_follows_the_models_mode_and_objective():
+    from gnn_faas.config import ModelBufferSettings, ModelServingConfig, ServingConfig
+    from gnn_faas.scheduler.model_functions import launch_wait_ratio
+
+    def ratio(mode="graph_sharing", **buffers):
+        m = ModelServingConfig(name="m", graph="g", mode=mode,
+                               buffers=ModelBufferSettings(**buffers))  # fmt: skip
+        return launch_wait_ratio(ServingConfig(models=(m,)), m)
+
+    assert ratio() == pytest.approx(0.1)  # balanced by default, its slack
+    assert ratio(latency_slack=0.3) == pytest.approx(0.3)
+    assert ratio(objective="cost") is None  # today's pools
+    assert ratio(objective="latency") is None
+    assert ratio(mode="no_sharing") is None  # the baselines keep FaaS-GNN's rule
+    assert ratio(mode="request_centric") is None
+    with pytest.raises(ValueError):
+        LoadAwarePolicy(2, launch_wait_ratio=-1.0)
