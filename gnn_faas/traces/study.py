@@ -22,13 +22,21 @@ def _pct(new: float, old: float) -> str:
     return f"{(new - old) / old * 100:+.1f}%" if old else "n/a"
 
 
+def _neighbourhoods(result: dict) -> str:
+    fan = result.get("fanouts")
+    kind = f"sampled fanouts {','.join(map(str, fan))}" if fan else "full neighbourhoods"
+    rows = result.get("rows_per_request_mean")
+    return kind + (f", {rows:,.0f} rows per request on average" if rows is not None else "")
+
+
 def study_tables(result: dict) -> str:
     p = result["policies"]
     g = p["gnn_faas"]
     head = (
         f"Azure Functions 2019, busiest function of the sample "
         f"({result['requests']:,} invocations over {result['duration_s'] / 3600:.1f} h) "
-        f"on {result['graph']}, SLO {result['slo_s'] * 1e3:.0f} ms; simulated in "
+        f"on {result['graph']} ({_neighbourhoods(result)}), "
+        f"SLO {result['slo_s'] * 1e3:.0f} ms; simulated in "
         f"{result['wall_s']:.0f} s from the measured calibration profile."
     )
     lam, ec2 = g["dollars"]["lambda_x86"], p["serverful"]["dollars"]["ec2_c4_2xlarge"]
