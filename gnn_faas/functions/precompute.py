@@ -27,9 +27,18 @@ DEFAULT_CHUNK_ROWS = 65536
 
 
 def full_graph_embeddings(
-    graph: GraphHandle, model: UpdateModel, chunk_rows: int = DEFAULT_CHUNK_ROWS
+    graph: GraphHandle,
+    model: UpdateModel,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    states: dict[int, np.ndarray] | None = None,
 ) -> dict[int, np.ndarray]:
-    """``{l: p^(l) [N, d_l]}`` for ``1 <= l <= L - 1`` on the stored graph."""
+    """``{l: p^(l) [N, d_l]}`` for ``1 <= l <= L - 1`` on the stored graph.
+
+    ``states``, when given, receives layer 1's aggregate states ``s_u``
+    (:func:`~gnn_faas.functions.srpe_recompute.layer_states`) where the layer
+    supports them, computed from the same chunks."""
+    from gnn_faas.functions.srpe_recompute import layer_states, supports_states
+
     plan: ModelPlan = model.plan
     n = graph.num_nodes
     indptr = np.asarray(graph.read_blob("indptr"), dtype=np.int64)
@@ -49,7 +58,8 @@ def full_graph_embeddings(
                 extras = {"alpha_src": pre["alpha_src"], "alpha_dst": pre["alpha_dst"]}
         if step.needs_degrees:
             extras["deg_src"] = deg
-        parts = []
+        parts, state_parts = [], []
+        want_states = states is not None and step.layer == 1 and supports_states(step)
         for a in range(0, n, chunk_rows):
             b = min(n, a + chunk_rows)
             sub = slice_rows(block, a, b)
@@ -58,6 +68,10 @@ def full_graph_embeddings(
             )
             root = h[a:b] if step.return_root else None
             parts.append(model.post(step.layer, agg, root))
+            if want_states:
+                state_parts.append(layer_states(step.op, sub, src, deg))
+        if want_states and states is not None:
+            states[step.layer] = np.concatenate(state_parts)
         h = np.concatenate(parts) if parts else np.zeros((0, step.out_dim), np.float32)
         out[step.layer] = h
     return out
@@ -73,5 +87,6 @@ def precompute(
             f"model input dimension {model.config.in_dim} != graph {graph.name!r} feature "
             f"dimension {graph.manifest.feature_dim}"
         )
-    layers = full_graph_embeddings(graph, model)
-    return write_embeddings(graph, name, checkpoint_sha256(ckpt_dir), layers)
+    states: dict[int, np.ndarray] = {}
+    layers = full_graph_embeddings(graph, model, states=states)
+    return write_embeddings(graph, name, checkpoint_sha256(ckpt_dir), layers, states)

@@ -115,6 +115,13 @@ def test_simulate_with_sampled_fanouts(tmp_path, bitcoin_store, capsys):
     assert sampled["rows_per_request_mean"] < full["rows_per_request_mean"]
     assert sampled["storage_model"]["rows_per_request"] <= 1 + 3 + 6
     assert "sampled fanouts 3,2" in study_tables(sampled)
+    for p in sampled["policies"].values():  # dropped requests count at the timeout in *_all
+        assert p["mean_ms_all"] >= p["mean_ms"] - 1e-9
+        if p["dropped"] == 0:
+            assert p["mean_ms_all"] == pytest.approx(p["mean_ms"])
+            assert p["p99_ms_all"] == pytest.approx(p["p99_ms"])
+        else:
+            assert p["mean_ms_all"] > p["mean_ms"]
     assert "full neighbourhoods" in study_tables(full)
     # a calibration measured with fanouts is simulated with them by default
     cal = Calibration.from_dict({**Calibration.bundled("bitcoin-otc").to_dict(), "fanouts": [3, 2]})

@@ -1,0 +1,113 @@
+"""SRPE's recomputation of a candidate from its stored aggregate state (numpy, no torch).
+
+A recomputed candidate ``u`` (see :mod:`gnn_faas.storage.srpe_graph`) needs
+layer 1's aggregate ``a_u`` over its in-neighbours with the request's added
+edges. Its stored neighbours' input rows never change; what a request changes
+is a handful of terms. ``gnn-faas precompute`` stores, per vertex, layer 1's
+*state* ``s_u`` over the stored in-neighbours ``N(u)`` (:func:`layer_states`),
+and the recomputation (:func:`recompute_from_states`) adds the changed terms
+(``A(u)``: the added in-edges' sources; ``D(u)``: stored in-neighbours whose
+degree the request changed; ``x``: layer 1's input rows; ``d = deg + 1`` with
+``deg`` the in-degree without self loops, ``d'`` with the request's edges):
+
+- ``sum``:  ``s_u = Σ_{N(u)} x_v``;   ``a_u = s_u + Σ_{A(u)} x_q``
+- ``mean``: ``s_u`` as sum;           ``a_u = (s_u + Σ_{A(u)} x_q) / (|N(u)| + |A(u)|)``
+- ``gin``:  ``s_u`` as sum;           ``a_u = (1 + eps) x_u + s_u + Σ_{A(u)} x_q``
+- ``max``:  ``s_u = max_{N(u)} x_v``; ``a_u = max(s_u, max_{A(u)} x_q)`` (0 if empty)
+- ``gcn``:  ``s_u = Σ_{N'(u)} x_v / sqrt(d_v)`` (self loops excluded);
+  ``a_u = (s_u + Σ_{D(u)} x_v (1/sqrt(d'_v) - 1/sqrt(d_v)) + Σ_{A(u)} x_q / sqrt(d'_q))
+  / sqrt(d'_u) + x_u / d'_u``
+
+Each is the exact aggregate of :func:`gnn_faas.functions.aggregate.aggregate`
+on the graph with the request's edges, up to float32 rounding: a candidate
+costs one state row and the few changed rows instead of ``|N(u)|`` input rows.
+GAT (the attention of every neighbour depends on the destination) and layers
+with a ``pre`` stage keep the full recomputation (:data:`STATE_OPS`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from gnn_faas.errors import InvalidRequest
+from gnn_faas.functions.aggregate import partial_aggregate
+from gnn_faas.storage.computation_graph import Block
+from gnn_faas.storage.srpe_graph import StateDelta
+
+STATE_OPS = ("sum", "mean", "gin", "max", "gcn")
+
+
+def supports_states(step) -> bool:
+    """Whether layer ``step`` (a :class:`~gnn_faas.functions.layer_plan.LayerStep`)
+    can be recomputed from stored states."""
+    return step.op in STATE_OPS and not step.pre
+
+
+def layer_states(op: str, block: Block, x: np.ndarray, deg: np.ndarray | None = None) -> np.ndarray:
+    """``s_u`` (module doc) of the block's destination rows from the source rows
+    ``x``; ``deg`` (gcn): the sources' in-degrees without self loops."""
+    if op not in STATE_OPS:
+        raise InvalidRequest(f"no stored state for aggregate op {op!r}")
+    if op == "max":
+        return partial_aggregate("max", block, x)["max"]
+    kw = {}
+    if op == "gcn":  # d_dst = 1: the destination's factor is applied at serving time
+        kw = {"deg_src": deg, "deg_dst": np.zeros(block.num_dst, np.int64)}
+    part = partial_aggregate(op, block, x, include_self=False, **kw)
+    return part["sum"]
+
+
+def recompute_from_states(
+    op: str,
+    states: np.ndarray,
+    delta: StateDelta,
+    x: np.ndarray,
+    in_degree: np.ndarray,
+    first_row: int,
+    eps: float = 0.0,
+) -> np.ndarray:
+    """Layer 1's aggregate ``a_u`` (module doc) of the recomputed rows.
+
+    ``states``: their stored ``s_u``; ``x``: input rows of the graph's sources
+    (local ids, the recomputed rows at ``first_row + r``); ``in_degree``: the
+    sources' degrees with the request's edges, self loops excluded."""
+    if op not in STATE_OPS:
+        raise InvalidRequest(f"aggregate op {op!r} cannot be recomputed from stored states")
+    n = delta.stored_count.size
+    if states.shape[0] != n:
+        raise InvalidRequest(f"{states.shape[0]} state rows for {n} recomputed candidates")
+    own = first_row + np.arange(n)
+    rows = np.repeat(np.arange(n), np.diff(delta.indptr))
+    added = delta.added
+    s = np.asarray(states, np.float32)
+    if op == "gcn":
+        keep = ~(added & (delta.src == own[rows]))  # an added self loop: gcn has its own
+        d_new = in_degree[delta.src].astype(np.float64) + 1.0
+        old = 1.0 / np.sqrt(delta.old_degree.astype(np.float64) + 1.0)
+        coef = np.where(added, 1.0, 0.0) / np.sqrt(d_new) + np.where(
+            added, 0.0, 1.0 / np.sqrt(d_new) - old
+        )
+        total = s + _weighted_sum(rows[keep], delta.src[keep], coef[keep], x, n)
+        d_u = in_degree[own].astype(np.float64) + 1.0
+        agg = total / np.sqrt(d_u)[:, None] + x[own] / d_u[:, None]
+        return agg.astype(np.float32)
+    a_rows, a_src = rows[added], delta.src[added]
+    count = delta.stored_count + np.bincount(a_rows, minlength=n)
+    if op == "max":
+        out = s.copy()
+        np.maximum.at(out, a_rows, x[a_src])  # few rows: the request's added edges
+        out[count == 0] = 0.0
+        return out
+    total = s + _weighted_sum(a_rows, a_src, np.ones(a_src.size), x, n)
+    if op == "mean":
+        return (total / np.maximum(count, 1)[:, None]).astype(np.float32)
+    if op == "gin":
+        total = total + np.float32(1.0 + eps) * x[own]
+    return total.astype(np.float32)
+
+
+def _weighted_sum(rows: np.ndarray, src: np.ndarray, w: np.ndarray, x: np.ndarray, n: int):
+    """``out[r] = Σ_{e: rows[e] = r} w[e] x[src[e]]`` as one sparse product."""
+    a = sp.csr_matrix((w.astype(np.float32), (rows, src)), shape=(n, x.shape[0]))
+    return np.asarray(a @ x, dtype=np.float32)
