@@ -22,6 +22,10 @@ def _pct(new: float, old: float) -> str:
     return f"{(new - old) / old * 100:+.1f}%" if old else "n/a"
 
 
+def _span(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+
+
 def _neighbourhoods(result: dict) -> str:
     fan = result.get("fanouts")
     kind = f"sampled fanouts {','.join(map(str, fan))}" if fan else "full neighbourhoods"
@@ -34,7 +38,7 @@ def study_tables(result: dict) -> str:
     g = p["gnn_faas"]
     head = (
         f"Azure Functions 2019, busiest function of the sample "
-        f"({result['requests']:,} invocations over {result['duration_s'] / 3600:.1f} h) "
+        f"({result['requests']:,} invocations over {_span(result['duration_s'])}) "
         f"on {result['graph']} ({_neighbourhoods(result)}), "
         f"SLO {result['slo_s'] * 1e3:.0f} ms; simulated in "
         f"{result['wall_s']:.0f} s from the measured calibration profile."
