@@ -67,8 +67,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from gnn_faas.cli.train import parse_fanouts
     from gnn_faas.errors import InvalidRequest
 
+    args.fanouts = parse_fanouts(args.fanouts)
     if args.trace == "calibrate":
         from gnn_faas.traces.measure_calibration import calibrate
 
@@ -86,7 +88,6 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps({k: v for k, v in cal.to_dict().items() if k != "samples"}))
         return 0
     if args.trace == "calibrate-graph":
-        from gnn_faas.cli.train import parse_fanouts
         from gnn_faas.traces.calibration import Calibration
         from gnn_faas.traces.graph_calibration import calibrate_graph
         from gnn_faas.traces.run import open_prepared_graph
@@ -100,7 +101,7 @@ def _run(args: argparse.Namespace) -> int:
         )
         graph, store = open_prepared_graph(args.graph, args.store)
         cal = calibrate_graph(base, graph, store, max_instances=args.max_instances,
-                              fanouts=parse_fanouts(args.fanouts),
+                              fanouts=args.fanouts,
                               log=lambda m: print(m, file=sys.stderr))  # fmt: skip
         cal.save(args.out)
         print(json.dumps({k: v for k, v in cal.to_dict().items() if k != "samples"}))

@@ -69,12 +69,11 @@ def setup_simulation(
 
 
 def simulation_fanouts(args: argparse.Namespace, calibration: Calibration) -> tuple | None:
-    """``--fanouts`` when given (``full``/``-1`` entries: all neighbours), else
-    the fanouts the calibration's executions were measured with."""
-    from gnn_faas.cli.train import parse_fanouts
-
-    text = getattr(args, "fanouts", None)
-    fanouts = parse_fanouts(text) if text else calibration.fanouts
+    """``--fanouts`` when given (parsed by the CLI into a tuple; ``-1``
+    entries: all neighbours), else the fanouts the calibration's executions
+    were measured with."""
+    given = getattr(args, "fanouts", None)
+    fanouts = tuple(given) if given else calibration.fanouts
     if fanouts is not None and len(fanouts) != calibration.hops:
         raise InvalidRequest(
             f"--fanouts needs one fanout per hop ({calibration.hops}), got {len(fanouts)}"
