@@ -70,6 +70,28 @@ def test_state_recomputation_equals_full_recomputation(name, looped, fetcher, tm
     assert corrected  # stored neighbours whose degree the request changed were listed
 
 
+@pytest.mark.parametrize("name", ["gcn", "sage-mean"])
+def test_state_recomputation_with_directed_added_edges(name, fetcher, tmp_path):
+    """Added edges in one direction only (an unsymmetrised overlay): a new
+    vertex aggregates from some stored vertices and others aggregate from it."""
+    _, update, emb = setup(name, 2, fetcher, tmp_path)
+    n = fetcher.graph.num_nodes
+    feats, edges, last = triangle_request(fetcher, seed=4)
+    u, v0 = edges[-3, 0], edges[-2, 0]  # in-neighbours of `last`, v0 one of u's
+    outs = np.array([[last, u], [last, v0]])  # u and v0 also aggregate from `last`
+    ov = GraphOverlay.build(n, feats, np.concatenate((edges, outs)), symmetrize=False)
+    targets = np.array([n, last, n + 1])
+    tr = LocalTransport(fetcher, update, overlay=ov)
+    exact_cg = fetcher.fetch(targets, 2, degrees=True, overlay=ov)
+    exact = run_layers(update.plan, exact_cg, tr)[exact_cg.target_index]
+    state = build_srpe_graph(fetcher, targets, 2, 1.0, overlay=ov, from_state=True)
+    got = run_layers(update.plan, state, tr, emb.rows, states=emb.state_rows)
+    np.testing.assert_allclose(got[state.target_index], exact, rtol=RTOL, atol=ATOL)
+    assert state.delta.added.sum() >= 2  # u's and v0's added in-edges from `last`
+    if name == "gcn":  # v0's degree changed: u's stored state is corrected for it
+        assert (~state.delta.added).any()
+
+
 def test_state_recomputation_refuses_what_it_cannot_do(fetcher, tmp_path):
     _, update, emb = setup("gcn", 2, fetcher, tmp_path)
     n = fetcher.graph.num_nodes
