@@ -36,8 +36,10 @@ def full_graph_embeddings(
 
     ``states``, when given, receives layer 1's aggregate states ``s_u``
     (:func:`~gnn_faas.functions.srpe_recompute.layer_states`) where the layer
-    supports them, computed from the same chunks."""
-    from gnn_faas.functions.srpe_recompute import layer_states, supports_states
+    supports them; the layer's aggregate is then finished from the state
+    (:func:`~gnn_faas.functions.srpe_recompute.finish_state`), one sparse
+    product for both."""
+    from gnn_faas.functions.srpe_recompute import finish_state, layer_states, supports_states
 
     plan: ModelPlan = model.plan
     n = graph.num_nodes
@@ -63,13 +65,17 @@ def full_graph_embeddings(
         for a in range(0, n, chunk_rows):
             b = min(n, a + chunk_rows)
             sub = slice_rows(block, a, b)
-            agg = aggregate(
-                step.op, sub, src, eps=step.eps, negative_slope=step.negative_slope, **extras
-            )
+            if want_states:
+                state = layer_states(step.op, sub, src, deg)
+                state_parts.append(state)
+                count = np.diff(indptr[a : b + 1])
+                agg = finish_state(step.op, state, src[a:b], count, deg[a:b], step.eps)
+            else:
+                agg = aggregate(
+                    step.op, sub, src, eps=step.eps, negative_slope=step.negative_slope, **extras
+                )
             root = h[a:b] if step.return_root else None
             parts.append(model.post(step.layer, agg, root))
-            if want_states:
-                state_parts.append(layer_states(step.op, sub, src, deg))
         if want_states and states is not None:
             states[step.layer] = np.concatenate(state_parts)
         h = np.concatenate(parts) if parts else np.zeros((0, step.out_dim), np.float32)

@@ -58,6 +58,28 @@ def layer_states(op: str, block: Block, x: np.ndarray, deg: np.ndarray | None = 
     return part["sum"]
 
 
+def finish_state(
+    op: str, state: np.ndarray, own: np.ndarray, count: np.ndarray, degree: np.ndarray,
+    eps: float = 0.0,
+) -> np.ndarray:  # fmt: skip
+    """The aggregate ``a_u`` from a state over all of ``u``'s in-neighbours:
+    ``own``: ``x_u``; ``count``: its in-edges (self loops included);
+    ``degree``: its in-degree without self loops (gcn). Precompute finishes the
+    stored states this way (one sparse product for both)."""
+    if op == "gcn":
+        d = degree.astype(np.float64)[:, None] + 1.0
+        return (state / np.sqrt(d) + own / d).astype(np.float32)
+    if op == "mean":
+        return (state / np.maximum(count, 1)[:, None]).astype(np.float32)
+    if op == "gin":
+        return (state + np.float32(1.0 + eps) * own).astype(np.float32)
+    if op == "max":
+        out = np.array(state, dtype=np.float32)
+        out[count == 0] = 0.0  # PyG scatter-max of an empty set
+        return out
+    return np.asarray(state, np.float32)
+
+
 def recompute_from_states(
     op: str,
     states: np.ndarray,
@@ -81,30 +103,20 @@ def recompute_from_states(
     rows = np.repeat(np.arange(n), np.diff(delta.indptr))
     added = delta.added
     s = np.asarray(states, np.float32)
-    if op == "gcn":
-        keep = ~(added & (delta.src == own[rows]))  # an added self loop: gcn has its own
-        d_new = in_degree[delta.src].astype(np.float64) + 1.0
-        old = 1.0 / np.sqrt(delta.old_degree.astype(np.float64) + 1.0)
-        coef = np.where(added, 1.0, 0.0) / np.sqrt(d_new) + np.where(
-            added, 0.0, 1.0 / np.sqrt(d_new) - old
-        )
-        total = s + _weighted_sum(rows[keep], delta.src[keep], coef[keep], x, n)
-        d_u = in_degree[own].astype(np.float64) + 1.0
-        agg = total / np.sqrt(d_u)[:, None] + x[own] / d_u[:, None]
-        return agg.astype(np.float32)
     a_rows, a_src = rows[added], delta.src[added]
     count = delta.stored_count + np.bincount(a_rows, minlength=n)
-    if op == "max":
-        out = s.copy()
-        np.maximum.at(out, a_rows, x[a_src])  # few rows: the request's added edges
-        out[count == 0] = 0.0
-        return out
-    total = s + _weighted_sum(a_rows, a_src, np.ones(a_src.size), x, n)
-    if op == "mean":
-        return (total / np.maximum(count, 1)[:, None]).astype(np.float32)
-    if op == "gin":
-        total = total + np.float32(1.0 + eps) * x[own]
-    return total.astype(np.float32)
+    if op == "gcn":
+        keep = ~(added & (delta.src == own[rows]))  # an added self loop: gcn has its own
+        d_new = 1.0 / np.sqrt(in_degree[delta.src].astype(np.float64) + 1.0)
+        old = 1.0 / np.sqrt(delta.old_degree.astype(np.float64) + 1.0)
+        coef = np.where(added, d_new, d_new - old)
+        s = s + _weighted_sum(rows[keep], delta.src[keep], coef[keep], x, n)
+    elif op == "max":
+        s = s.copy()
+        np.maximum.at(s, a_rows, x[a_src])  # few rows: the request's added edges
+    else:
+        s = s + _weighted_sum(a_rows, a_src, np.ones(a_src.size), x, n)
+    return finish_state(op, s, x[own], count, in_degree[own], eps)
 
 
 def _weighted_sum(rows: np.ndarray, src: np.ndarray, w: np.ndarray, x: np.ndarray, n: int):
