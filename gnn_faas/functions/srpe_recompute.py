@@ -107,8 +107,9 @@ def recompute_from_states(
     count = delta.stored_count + np.bincount(a_rows, minlength=n)
     if op == "gcn":
         keep = ~(added & (delta.src == own[rows]))  # an added self loop: gcn has its own
-        d_new = 1.0 / np.sqrt(in_degree[delta.src].astype(np.float64) + 1.0)
-        old = 1.0 / np.sqrt(delta.old_degree.astype(np.float64) + 1.0)
+        deg = in_degree[delta.src].astype(np.float64)
+        d_new = 1.0 / np.sqrt(deg + 1.0)
+        old = 1.0 / np.sqrt(deg - delta.degree_change + 1.0)
         coef = np.where(added, d_new, d_new - old)
         s = s + _weighted_sum(rows[keep], delta.src[keep], coef[keep], x, n)
     elif op == "max":

@@ -65,14 +65,15 @@ class StateDelta:
     Row ``r`` (the candidate ``recomputed[r]``, local id ``num_queries + r``)
     lists ``src[indptr[r]:indptr[r+1]]`` (local ids): ``added`` entries are the
     request's added in-edges; the others are stored in-neighbours (self loops
-    excluded) whose GCN degree the request changed, ``old_degree`` being that
-    stored degree (self loops excluded). ``stored_count``: each candidate's
+    excluded) whose GCN degree (self loops excluded) the request changed, by
+    ``degree_change`` (their stored degree is the graph's ``in_degree`` minus
+    it). ``stored_count``: each candidate's
     stored in-edges (self loops included), the count its stored state sums."""
 
     indptr: np.ndarray
     src: np.ndarray
     added: np.ndarray
-    old_degree: np.ndarray
+    degree_change: np.ndarray
     stored_count: np.ndarray
 
 
@@ -224,7 +225,7 @@ def build_srpe_graph(
 
     delta = None
     if from_state:
-        rows_d, src_d, added_d, old_d, stored_count = _state_terms(fetcher, recomputed, overlay)
+        rows_d, src_d, added_d, change_d, stored_count = _state_terms(fetcher, recomputed, overlay)
         c_r, n_r = np.zeros(recomputed.size, np.int64), np.zeros(0, np.int64)
         extra = src_d
     else:
@@ -261,7 +262,7 @@ def build_srpe_graph(
             indptr=np.concatenate(([0], np.cumsum(np.bincount(rows_d, minlength=recomputed.size)))),
             src=local(src_d).astype(np.int64),
             added=added_d,
-            old_degree=old_d,
+            degree_change=change_d,
             stored_count=stored_count,
         )  # fmt: skip
     return SrpeGraph(
@@ -282,31 +283,29 @@ def build_srpe_graph(
 def _state_terms(
     fetcher: KHopFetcher, recomputed: np.ndarray, overlay: GraphOverlay | None
 ) -> tuple[np.ndarray, ...]:
-    """``(row, src, added, old_degree, stored_count)`` of :class:`StateDelta`,
+    """``(row, src, added, degree_change, stored_count)`` of :class:`StateDelta`,
     entries sorted by row, ``src`` global ids: each candidate's added
     in-edges, and its stored in-neighbours (self loops excluded) whose degree
-    (self loops excluded) the overlay changes. One batched read of the
-    candidates' stored lists, one of the touched neighbours' degrees."""
+    (self loops excluded) the overlay changes. One batched read: the
+    candidates' stored lists (the degrees' changes come from the overlay)."""
     c_s, n_s = fetcher.neighbours(recomputed)  # stored lists only
     owner = np.repeat(np.arange(recomputed.size), c_s)
     if overlay is None:
         c_a, n_a = np.zeros(recomputed.size, np.int64), np.zeros(0, np.int64)
-        changed, old = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        changed, change = np.zeros(0, np.int64), np.zeros(0, np.int64)
     else:
         c_a, n_a = overlay.in_edges(recomputed)
         nbrs = np.unique(n_s[n_s != recomputed[owner]])
         touched = nbrs[overlay.in_degree(nbrs) > 0]
-        if touched.size:
-            old_all = fetcher.gcn_degrees(touched)
-            moved = fetcher.gcn_degrees(touched, overlay) != old_all
-            changed, old = touched[moved], old_all[moved]
-        else:
-            changed, old = touched, np.zeros(0, np.int64)
+        # the overlay's change of a degree without self loops: no store read
+        change_all = overlay.in_degree(touched) - overlay.self_loops(touched)
+        moved = change_all != 0
+        changed, change = touched[moved], change_all[moved]
     hit = np.isin(n_s, changed) & (n_s != recomputed[owner])
     rows = np.concatenate((owner[hit], np.repeat(np.arange(recomputed.size), c_a)))
     src = np.concatenate((n_s[hit], n_a))
     added = np.concatenate((np.zeros(int(hit.sum()), bool), np.ones(n_a.size, bool)))
-    old_hit = old[np.searchsorted(changed, n_s[hit])]
-    old_degree = np.concatenate((old_hit, np.zeros(n_a.size, np.int64)))
+    change_hit = change[np.searchsorted(changed, n_s[hit])]
+    degree_change = np.concatenate((change_hit, np.zeros(n_a.size, np.int64)))
     order = np.argsort(rows, kind="stable")
-    return rows[order], src[order], added[order], old_degree[order], c_s.astype(np.int64)
+    return rows[order], src[order], added[order], degree_change[order], c_s.astype(np.int64)
