@@ -18,7 +18,11 @@ OMEGA's protocol on any graph of the store (``cora`` is prepared if absent;
    its edges to the kept vertices, the id convention of
    ``gateway/new_vertices.py``), full neighbourhoods: exact (the whole
    ``L``-hop graph with the new vertex) and precomputed with every
-   ``--budgets`` value and every ``--policies`` policy.
+   ``--budgets`` value and every ``--policies`` policy; a recomputed candidate's
+   layer 1 comes from its stored aggregate state (``--recompute state``,
+   :mod:`gnn_faas.functions.srpe_recompute`, exact) or from its whole
+   in-neighbourhood (``--recompute full``); ``recompute`` in the output says
+   which ran.
 
 Latency is the in-process request path that the functions run (k-hop or SRPE
 graph from the file store, numpy Aggregate, torch Update on the CPU), without
@@ -63,6 +67,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--threads", type=int, default=1, help="torch threads, as one compute worker (default 1)"
+    )
+    p.add_argument(
+        "--recompute",
+        choices=("state", "full"),
+        default="state",
+        help="a recomputed candidate's layer 1: from its stored aggregate state and the "
+        "request's changed terms (default, 2-layer sum/mean/max/gin/gcn models; others "
+        "fall back to full) or from its whole in-neighbourhood's input rows (full)",
     )
 
 
@@ -140,6 +152,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from gnn_faas.errors import InvalidRequest
     from gnn_faas.functions.checkpoint import checkpoint_sha256, save_checkpoint
     from gnn_faas.functions.precompute import precompute
+    from gnn_faas.functions.srpe_recompute import supports_states
     from gnn_faas.functions.update import UpdateModel
     from gnn_faas.paths import default_store
     from gnn_faas.storage.datasets import ensure_dataset
@@ -178,12 +191,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     precompute_s = time.perf_counter() - t0
     emb = EmbeddingStore.open(reduced, "bench", checkpoint_sha256(ckpt))
     update = UpdateModel.load(ckpt, device="cpu")
+    from_state = (
+        args.recompute == "state"
+        and args.layers == 2
+        and supports_states(update.plan.steps[0])
+        and emb.has_states(1)
+    )
 
     # each held-out vertex's request: its features and its edges to kept vertices
     csc = a.tocsc()
     n_red = reduced.num_nodes
     requests = _requests(graph, a, csc, held, keep, new_id, feats, n_red)
-    serving = _Serving(args, fetcher, update, emb, requests, n_red)
+    serving = _Serving(args, fetcher, update, emb, requests, n_red, from_state)
 
     exact_pred, exact_t, exact_sizes = _serve(serving, "exact")
     truth = labels[held] if labelled else exact_pred
@@ -200,6 +219,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "layers": args.layers,
         "threads": args.threads,
         "neighbourhoods": "full",
+        "recompute": "state" if from_state else "full",
         "accuracy_kind": "labels" if labelled else "agreement_with_exact",
         "train_seconds": train_s,
         "precompute_seconds": precompute_s,
@@ -325,6 +345,7 @@ class _Serving:
     emb: Any
     requests: list
     n_red: int
+    from_state: bool = False  # recompute candidates from stored layer-1 states
 
 
 def _serve(s: _Serving, kind: str, budget: float = 0.0, policy: str = "") -> tuple:
@@ -362,9 +383,12 @@ def _serve(s: _Serving, kind: str, budget: float = 0.0, policy: str = "") -> tup
                 t_graph = time.perf_counter()
                 out = run_layers(update.plan, cg, tr)
             else:
-                cg = build_srpe_graph(fetcher, target, args.layers, budget, policy, overlay=ov)
+                cg = build_srpe_graph(
+                    fetcher, target, args.layers, budget, policy, overlay=ov,
+                    from_state=s.from_state,
+                )  # fmt: skip
                 t_graph = time.perf_counter()
-                out = run_layers(update.plan, cg, tr, emb.rows)
+                out = run_layers(update.plan, cg, tr, emb.rows, states=emb.state_rows)
             end = time.perf_counter()
             if end - t < best:
                 best, best_graph = end - t, t_graph - t

@@ -75,6 +75,7 @@ def _precompute(args: argparse.Namespace) -> int:
         "graph": graph_name,
         "checkpoint_sha256": manifest["checkpoint_sha256"],
         "layers": {k: v["shape"] for k, v in manifest["layers"].items()},
+        "states": {k: v["shape"] for k, v in manifest.get("states", {}).items()},
         "seconds": round(time.perf_counter() - t0, 3),
     }
     print(json.dumps(summary))

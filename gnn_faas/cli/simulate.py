@@ -36,6 +36,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--slo", type=float, default=None, help="SLO seconds (default: calibration's)")
     p.add_argument("--out", default=None, help="run directory (calibrate: the JSON file)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.add_argument("--fanouts", default=None,
+                   help="per-hop sampled fanouts, e.g. 10,10 (as the serving config's fanouts); "
+                        "calibrate-graph measures with them, a simulation defaults to the "
+                        "calibration's (full neighbourhoods without)")  # fmt: skip
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--workers", type=int, default=min(os.cpu_count() or 1, 4),
                    help="processes for gnn_faas's buffer pass (default: CPUs, at most 4)")  # fmt: skip
@@ -63,8 +67,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from gnn_faas.cli.train import parse_fanouts
     from gnn_faas.errors import InvalidRequest
 
+    args.fanouts = parse_fanouts(args.fanouts)
     if args.trace == "calibrate":
         from gnn_faas.traces.measure_calibration import calibrate
 
@@ -95,6 +101,7 @@ def _run(args: argparse.Namespace) -> int:
         )
         graph, store = open_prepared_graph(args.graph, args.store)
         cal = calibrate_graph(base, graph, store, max_instances=args.max_instances,
+                              fanouts=args.fanouts,
                               log=lambda m: print(m, file=sys.stderr))  # fmt: skip
         cal.save(args.out)
         print(json.dumps({k: v for k, v in cal.to_dict().items() if k != "samples"}))

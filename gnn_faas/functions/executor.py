@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from gnn_faas.errors import InvalidRequest
-from gnn_faas.functions.aggregate import aggregate
+from gnn_faas.functions.aggregate import aggregate, slice_rows
 from gnn_faas.functions.layer_plan import LayerStep, ModelPlan
 from gnn_faas.storage.computation_graph import Block, ComputationGraph
-from gnn_faas.storage.srpe_graph import extend_sources
+from gnn_faas.storage.srpe_graph import SrpeGraph, extend_sources
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
@@ -87,6 +87,7 @@ def run_layers(
     transport: Transport,
     embeddings: Callable[[int, np.ndarray], np.ndarray] | None = None,
     on_layer: Callable[[int, np.ndarray], None] | None = None,
+    states: Callable[[int, np.ndarray], np.ndarray] | None = None,
 ) -> np.ndarray:
     """Outputs (embeddings or class scores) of the unique targets, in
     ``cg.targets`` order (rows ``[:layer_sizes[-1]]``); index with
@@ -94,7 +95,10 @@ def run_layers(
 
     ``cg`` may be an :class:`~gnn_faas.storage.srpe_graph.SrpeGraph`; then
     ``embeddings(l, ids)`` reads the stored ``p^(l)`` rows of its boundary.
-    ``on_layer(l, h)`` sees every layer's output rows (precompute uses it)."""
+    ``on_layer(l, h)`` sees every layer's output rows (precompute uses it).
+    An SRPE graph built ``from_state`` computes its recomputed rows' layer 1
+    from ``states(1, ids)``, their stored aggregate states
+    (:mod:`gnn_faas.functions.srpe_recompute`), in this process."""
     if cg.num_layers != len(plan.steps):
         raise InvalidRequest(
             f"the computation graph has {cg.num_layers} hops, the model {len(plan.steps)} layers"
@@ -103,6 +107,11 @@ def run_layers(
     for step, block in zip(plan.steps, cg.blocks()):
         src_ids = cg.nodes[: block.num_src]
         h = extend_sources(cg, step.layer, h, embeddings)
+        if step.layer == 1 and getattr(cg, "delta", None) is not None:
+            h = first_layer_from_states(step, cg, block, transport, states)
+            if on_layer is not None:
+                on_layer(step.layer, h)
+            continue
         pre_out = None
         h_src = h
         if step.pre:
@@ -116,6 +125,35 @@ def run_layers(
             on_layer(step.layer, h)
     assert h is not None
     return h
+
+
+def first_layer_from_states(
+    step: LayerStep,
+    cg: SrpeGraph,
+    block: Block,
+    transport: Transport,
+    states: Callable[[int, np.ndarray], np.ndarray] | None,
+) -> np.ndarray:
+    """Layer 1 of an SRPE graph built ``from_state``: the queries' rows
+    aggregated over their lists, the recomputed candidates' from their stored
+    states and the request's changed terms; one read of the input rows."""
+    from gnn_faas.functions.srpe_recompute import recompute_from_states, supports_states
+
+    if states is None:
+        raise InvalidRequest("recomputing from stored states needs the stored states")
+    if not supports_states(step):
+        raise InvalidRequest(f"layer 1 ({step.op}) cannot be recomputed from stored states")
+    src_ids = cg.nodes[: block.num_src]
+    x = transport.features(src_ids)
+    q_block = slice_rows(block, 0, cg.num_queries)
+    res = transport.aggregate(step, q_block, x, src_ids, step_extras(step, cg, q_block, None))
+    assert cg.delta is not None
+    agg_r = recompute_from_states(
+        step.op, states(1, cg.recomputed), cg.delta, x, cg.in_degree, cg.num_queries, step.eps
+    )
+    agg = np.concatenate((res["agg"], agg_r))
+    root = x[: cg.num_computed] if step.return_root else None
+    return transport.post(step, agg, root)
 
 
 class LocalTransport:

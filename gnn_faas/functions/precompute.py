@@ -27,9 +27,20 @@ DEFAULT_CHUNK_ROWS = 65536
 
 
 def full_graph_embeddings(
-    graph: GraphHandle, model: UpdateModel, chunk_rows: int = DEFAULT_CHUNK_ROWS
+    graph: GraphHandle,
+    model: UpdateModel,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    states: dict[int, np.ndarray] | None = None,
 ) -> dict[int, np.ndarray]:
-    """``{l: p^(l) [N, d_l]}`` for ``1 <= l <= L - 1`` on the stored graph."""
+    """``{l: p^(l) [N, d_l]}`` for ``1 <= l <= L - 1`` on the stored graph.
+
+    ``states``, when given, receives layer 1's aggregate states ``s_u``
+    (:func:`~gnn_faas.functions.srpe_recompute.layer_states`) where the layer
+    supports them; the layer's aggregate is then finished from the state
+    (:func:`~gnn_faas.functions.srpe_recompute.finish_state`), one sparse
+    product for both."""
+    from gnn_faas.functions.srpe_recompute import finish_state, layer_states, supports_states
+
     plan: ModelPlan = model.plan
     n = graph.num_nodes
     indptr = np.asarray(graph.read_blob("indptr"), dtype=np.int64)
@@ -49,15 +60,24 @@ def full_graph_embeddings(
                 extras = {"alpha_src": pre["alpha_src"], "alpha_dst": pre["alpha_dst"]}
         if step.needs_degrees:
             extras["deg_src"] = deg
-        parts = []
+        parts, state_parts = [], []
+        want_states = states is not None and step.layer == 1 and supports_states(step)
         for a in range(0, n, chunk_rows):
             b = min(n, a + chunk_rows)
             sub = slice_rows(block, a, b)
-            agg = aggregate(
-                step.op, sub, src, eps=step.eps, negative_slope=step.negative_slope, **extras
-            )
+            if want_states:
+                state = layer_states(step.op, sub, src, deg)
+                state_parts.append(state)
+                count = np.diff(indptr[a : b + 1])
+                agg = finish_state(step.op, state, src[a:b], count, deg[a:b], step.eps)
+            else:
+                agg = aggregate(
+                    step.op, sub, src, eps=step.eps, negative_slope=step.negative_slope, **extras
+                )
             root = h[a:b] if step.return_root else None
             parts.append(model.post(step.layer, agg, root))
+        if want_states and states is not None:
+            states[step.layer] = np.concatenate(state_parts)
         h = np.concatenate(parts) if parts else np.zeros((0, step.out_dim), np.float32)
         out[step.layer] = h
     return out
@@ -73,5 +93,6 @@ def precompute(
             f"model input dimension {model.config.in_dim} != graph {graph.name!r} feature "
             f"dimension {graph.manifest.feature_dim}"
         )
-    layers = full_graph_embeddings(graph, model)
-    return write_embeddings(graph, name, checkpoint_sha256(ckpt_dir), layers)
+    states: dict[int, np.ndarray] = {}
+    layers = full_graph_embeddings(graph, model, states=states)
+    return write_embeddings(graph, name, checkpoint_sha256(ckpt_dir), layers, states)

@@ -7,6 +7,9 @@ graph, full neighbourhoods) for ``1 <= l <= L - 1`` beside the graph::
     GRAPH/embeddings/MODEL/manifest.json   model, checkpoint sha256, graph blobs' sha256,
                                            num_nodes, sha256/shape of every layer blob
     GRAPH/embeddings/MODEL/layer{l}.bin    float32 [num_nodes, d_l], row-major
+    GRAPH/embeddings/MODEL/state{l}.bin    optional: layer l's aggregate state over the
+                                           stored in-neighbours (gnn_faas/functions/
+                                           srpe_recompute.py), float32 [num_nodes, d_in]
 
 The set is tied to the checkpoint (sha256 of its ``config.json`` and
 ``model.safetensors``) and to the graph (the sha256 of its ``indptr``,
@@ -51,24 +54,35 @@ def _prefix(graph: GraphHandle, model: str) -> str:
     return f"{graph.name}/embeddings/{model}"
 
 
-def write_embeddings(
-    graph: GraphHandle, model: str, checkpoint: str, layers: dict[int, np.ndarray]
-) -> dict:
-    """Write ``layers[l]`` ``[num_nodes, d_l]`` and the side manifest (last)."""
-    prefix = _prefix(graph, model)
+def _write_rows(graph: GraphHandle, prefix: str, kind: str, arrays: dict) -> dict:
     blobs = {}
-    for layer, arr in sorted(layers.items()):
+    for layer, arr in sorted(arrays.items()):
         a = np.ascontiguousarray(arr, dtype="<f4")
         if a.ndim != 2 or a.shape[0] != graph.num_nodes:
-            raise ValueError(f"layer {layer} embeddings must be [{graph.num_nodes}, d]")
+            raise ValueError(f"{kind} {layer} rows must be [{graph.num_nodes}, d]")
         data = memoryview(a).cast("B")
-        graph.backend.pipe_file(f"{prefix}/layer{layer}.bin", data)
+        graph.backend.pipe_file(f"{prefix}/{kind}{layer}.bin", data)
         blobs[str(layer)] = {
-            "file": f"layer{layer}.bin",
+            "file": f"{kind}{layer}.bin",
             "shape": list(a.shape),
             "nbytes": a.nbytes,
             "sha256": hashlib.sha256(data).hexdigest(),
         }
+    return blobs
+
+
+def write_embeddings(
+    graph: GraphHandle,
+    model: str,
+    checkpoint: str,
+    layers: dict[int, np.ndarray],
+    states: dict[int, np.ndarray] | None = None,
+) -> dict:
+    """Write ``layers[l]`` ``[num_nodes, d_l]``, the optional aggregate
+    ``states[l]`` and the side manifest (last)."""
+    prefix = _prefix(graph, model)
+    blobs = _write_rows(graph, prefix, "layer", layers)
+    state_blobs = _write_rows(graph, prefix, "state", states or {})
     manifest = {
         "format": EMBEDDINGS_FORMAT,
         "version": EMBEDDINGS_VERSION,
@@ -78,6 +92,7 @@ def write_embeddings(
         "graph_sha256": graph_fingerprint(graph),
         "num_nodes": graph.num_nodes,
         "layers": blobs,
+        "states": state_blobs,
     }
     graph.backend.pipe_file(f"{prefix}/manifest.json", json.dumps(manifest, indent=2).encode())
     return manifest
@@ -110,6 +125,7 @@ class EmbeddingStore:
             if m.get("format") != EMBEDDINGS_FORMAT or m.get("version") != EMBEDDINGS_VERSION:
                 raise ValueError("not a gnn-faas embeddings manifest")
             layers = {int(k): v for k, v in m["layers"].items()}
+            states = {int(k): v for k, v in m.get("states", {}).items()}
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise CorruptBlob(f"{prefix}/manifest.json: invalid ({exc})") from None
         if m.get("checkpoint_sha256") != checkpoint:
@@ -126,13 +142,14 @@ class EmbeddingStore:
                 f"the precomputed embeddings of model {model!r} were computed on another "
                 f"version of graph {graph.name!r}: {hint}"
             )
-        for info in layers.values():
+        for info in (*layers.values(), *states.values()):
             size = graph.backend.size(f"{prefix}/{info['file']}")
             if size != info["nbytes"]:
                 raise CorruptBlob(
                     f"{prefix}/{info['file']}: {size} bytes, manifest says {info['nbytes']}"
                 )
         m["layers"] = layers
+        m["states"] = states
         return cls(graph, model, m)
 
     def __post_init__(self) -> None:
@@ -148,11 +165,23 @@ class EmbeddingStore:
 
     def rows(self, layer: int, ids: np.ndarray) -> np.ndarray:
         """``p^(layer)`` rows of stored vertex ``ids`` (float32 ``[k, d_layer]``)."""
-        if layer not in self.manifest["layers"]:
-            raise NotFound(f"embeddings of model {self.model!r} hold no layer {layer}")
+        return self._read("layers", layer, ids)
+
+    def has_states(self, layer: int) -> bool:
+        return layer in self.manifest["states"]
+
+    def state_rows(self, layer: int, ids: np.ndarray) -> np.ndarray:
+        """Layer ``layer``'s stored aggregate states of vertex ``ids``
+        (float32 ``[k, d_in]``; see ``gnn_faas/functions/srpe_recompute.py``)."""
+        return self._read("states", layer, ids)
+
+    def _read(self, kind: str, layer: int, ids: np.ndarray) -> np.ndarray:
+        if layer not in self.manifest[kind]:
+            what = "layer" if kind == "layers" else "aggregate state of layer"
+            raise NotFound(f"embeddings of model {self.model!r} hold no {what} {layer}")
         ids = np.asarray(ids, dtype=np.int64)
-        d = self.dim(layer)
+        info = self.manifest[kind][layer]
+        d = int(info["shape"][1])
         rb = 4 * d
-        path = f"{self.prefix}/{self.manifest['layers'][layer]['file']}"
-        raw = self.reader.read(path, ids * rb, ids * rb + rb)
+        raw = self.reader.read(f"{self.prefix}/{info['file']}", ids * rb, ids * rb + rb)
         return raw.view("<f4").reshape(ids.size, d).astype(np.float32, copy=False)

@@ -17,6 +17,18 @@ and recomputes only a budget ``γ`` of them, the *candidates*
 - neighbourhoods are full and include the request's added edges, so a
   recomputed candidate sees the edges from the new query vertices.
 
+Recomputing a candidate from its stored aggregate state (``from_state``, a
+2-layer model): layer 1 of ``u ∈ R`` needs its in-neighbours' input rows, ~the
+vertex's degree of them (492 on Reddit), while the request changes only a few
+terms of that aggregate: the added in-edges (from the new query vertices) and,
+for GCN's symmetric normalisation, the stored in-neighbours whose degree the
+request changed. With the stored state ``s_u`` (layer 1's aggregate over the
+stored in-neighbours without the self term, written by ``gnn-faas precompute``)
+the recomputation reads one state row per candidate plus those few rows, and
+is exact (``gnn_faas/functions/srpe_recompute.py`` has the formulas): the
+recomputed rows' lists in the graph are then empty and :class:`StateDelta`
+holds the changed terms.
+
 With ``R = C`` (``γ = 1``) and ``L <= 3`` this equals exact serving (a
 boundary vertex lies two hops from ``Q``, and its stored ``p^(l-1)`` with
 ``l - 1 <= 1`` does not depend on ``Q``); with ``R = ∅`` every candidate's
@@ -47,6 +59,25 @@ if TYPE_CHECKING:  # pragma: no cover - avoids an import cycle
 
 
 @dataclass(frozen=True)
+class StateDelta:
+    """Layer 1's changed terms of each recomputed candidate (``from_state``).
+
+    Row ``r`` (the candidate ``recomputed[r]``, local id ``num_queries + r``)
+    lists ``src[indptr[r]:indptr[r+1]]`` (local ids): ``added`` entries are the
+    request's added in-edges; the others are stored in-neighbours (self loops
+    excluded) whose GCN degree (self loops excluded) the request changed, by
+    ``degree_change`` (their stored degree is the graph's ``in_degree`` minus
+    it). ``stored_count``: each candidate's
+    stored in-edges (self loops included), the count its stored state sums."""
+
+    indptr: np.ndarray
+    src: np.ndarray
+    added: np.ndarray
+    degree_change: np.ndarray
+    stored_count: np.ndarray
+
+
+@dataclass(frozen=True)
 class SrpeGraph:
     """See the module docstring. ``num_queries = |Q|``, ``num_computed = |Q| +
     |R|``; ``indptr``/``indices``: in-neighbour CSR of the computed rows (local
@@ -63,6 +94,7 @@ class SrpeGraph:
     in_degree: np.ndarray
     candidates: CandidateScores
     recomputed: np.ndarray
+    delta: StateDelta | None = None  # from_state: layer 1 of R from stored states
 
     @property
     def layer_sizes(self) -> tuple[int, ...]:
@@ -120,15 +152,21 @@ def build_srpe_graph(
     policy: str = "query_edge_ratio",
     overlay: GraphOverlay | None = None,
     seed: int = 0,
+    from_state: bool = False,
 ) -> SrpeGraph:
     """The SRPE graph of ``targets`` (global ids, repeats allowed) with a
     recomputation budget ``budget`` (a share of the candidates, in [0, 1]).
 
     Three batched reads: the queries' in-neighbours, the recomputed
     candidates' in-neighbours, the in-degrees of candidates and boundary.
+    ``from_state`` (2-layer models): the recomputed candidates' layer 1 comes
+    from their stored aggregate states (:class:`StateDelta`), so their
+    in-neighbours join the graph only where the request changed a term.
     """
     if num_layers < 1:
         raise InvalidRequest("precomputed serving needs a model of at least one layer")
+    if from_state and num_layers != 2:
+        raise InvalidRequest("recomputing from stored states needs a 2-layer model")
     if not 0.0 <= budget <= 1.0:
         raise InvalidRequest(f"recompute budget must lie in [0, 1], got {budget}")
     t = fetcher.check_ids(np.asarray(targets), "targets", overlay)
@@ -138,9 +176,16 @@ def build_srpe_graph(
     cq, nq, cand, deg_c, scores = _candidates(fetcher, queries, overlay)
     recomputed = select_recomputed(scores, budget, policy, seed)
 
-    c_r, n_r = fetcher.neighbours(recomputed, overlay)
+    delta = None
+    if from_state:
+        rows_d, src_d, added_d, change_d, stored_count = _state_terms(fetcher, recomputed, overlay)
+        c_r, n_r = np.zeros(recomputed.size, np.int64), np.zeros(0, np.int64)
+        extra = src_d
+    else:
+        c_r, n_r = fetcher.neighbours(recomputed, overlay)
+        extra = n_r
     computed = np.concatenate((queries, recomputed))
-    others = np.unique(np.concatenate((nq, n_r)))
+    others = np.unique(np.concatenate((nq, extra)))
     boundary = others[~np.isin(others, computed)]
     nodes = np.concatenate((computed, boundary))
     order = np.argsort(nodes, kind="stable")
@@ -163,6 +208,16 @@ def build_srpe_graph(
     owner = np.repeat(np.arange(computed.size), counts)
     loops = np.bincount(owner[lists == computed[owner]], minlength=computed.size)
     in_degree = np.concatenate((counts - loops, deg_b)).astype(np.int64)
+    if from_state:
+        # the recomputed rows' lists are not in the graph: their degrees are the candidates'
+        in_degree[queries.size : computed.size] = deg_c[np.searchsorted(cand, recomputed)]
+        delta = StateDelta(
+            indptr=np.concatenate(([0], np.cumsum(np.bincount(rows_d, minlength=recomputed.size)))),
+            src=local(src_d).astype(np.int64),
+            added=added_d,
+            degree_change=change_d,
+            stored_count=stored_count,
+        )  # fmt: skip
     return SrpeGraph(
         nodes=nodes,
         num_queries=int(queries.size),
@@ -174,6 +229,7 @@ def build_srpe_graph(
         in_degree=in_degree,
         candidates=scores,
         recomputed=recomputed,
+        delta=delta,
     )
 
 
@@ -239,3 +295,34 @@ def _candidates(
         importance=importance,
     )
     return cq, nq, cand, deg_c, scores
+
+
+def _state_terms(
+    fetcher: KHopFetcher, recomputed: np.ndarray, overlay: GraphOverlay | None
+) -> tuple[np.ndarray, ...]:
+    """``(row, src, added, degree_change, stored_count)`` of :class:`StateDelta`,
+    entries sorted by row, ``src`` global ids: each candidate's added
+    in-edges, and its stored in-neighbours (self loops excluded) whose degree
+    (self loops excluded) the overlay changes. One batched read: the
+    candidates' stored lists (the degrees' changes come from the overlay)."""
+    c_s, n_s = fetcher.neighbours(recomputed)  # stored lists only
+    owner = np.repeat(np.arange(recomputed.size), c_s)
+    if overlay is None:
+        c_a, n_a = np.zeros(recomputed.size, np.int64), np.zeros(0, np.int64)
+        changed, change = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    else:
+        c_a, n_a = overlay.in_edges(recomputed)
+        nbrs = np.unique(n_s[n_s != recomputed[owner]])
+        touched = nbrs[overlay.in_degree(nbrs) > 0]
+        # the overlay's change of a degree without self loops: no store read
+        change_all = overlay.in_degree(touched) - overlay.self_loops(touched)
+        moved = change_all != 0
+        changed, change = touched[moved], change_all[moved]
+    hit = np.isin(n_s, changed) & (n_s != recomputed[owner])
+    rows = np.concatenate((owner[hit], np.repeat(np.arange(recomputed.size), c_a)))
+    src = np.concatenate((n_s[hit], n_a))
+    added = np.concatenate((np.zeros(int(hit.sum()), bool), np.ones(n_a.size, bool)))
+    change_hit = change[np.searchsorted(changed, n_s[hit])]
+    degree_change = np.concatenate((change_hit, np.zeros(n_a.size, np.int64)))
+    order = np.argsort(rows, kind="stable")
+    return rows[order], src[order], added[order], degree_change[order], c_s.astype(np.int64)

@@ -68,6 +68,8 @@ class Calibration:
     graph_mb: float
     full_fetch_s: float
     memory_share: float | None = None
+    # per-hop fanouts the executions were measured with (None: full neighbourhoods)
+    fanouts: tuple[int, ...] | None = None
     samples: tuple[tuple[int, float], ...] = ()
     meta: dict = field(default_factory=dict)
 
@@ -137,12 +139,17 @@ class Calibration:
         if d.get("format") != FORMAT or d.get("version") != VERSION:
             raise InvalidRequest(f"{source}: not a {FORMAT} v{VERSION} file")
         names = set(cls.__dataclass_fields__)
-        optional = ("samples", "meta", "memory_share")
+        optional = ("samples", "meta", "memory_share", "fanouts")
         missing = sorted(n for n in names if n not in d and n not in optional)
         if missing:
             raise InvalidRequest(f"{source}: missing field(s) {missing}")
         kw = {k: v for k, v in d.items() if k in names}
         kw["samples"] = tuple((int(r), float(s)) for r, s in kw.get("samples", ()))
+        fanouts = kw.get("fanouts")
+        if fanouts is not None:
+            if not isinstance(fanouts, list | tuple) or len(fanouts) != kw.get("hops"):
+                raise InvalidRequest(f"{source}: fanouts must list one integer per hop")
+            kw["fanouts"] = tuple(int(f) for f in fanouts)
         cal = cls(**kw)
         if min(cal.exec_intercept_s, cal.exec_per_row_s, cal.cold_start_s, cal.runtime_mb) < 0:
             raise InvalidRequest(f"{source}: negative figures")

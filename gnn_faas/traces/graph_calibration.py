@@ -20,6 +20,11 @@ what depends on the graph, on the graph, from its store:
   ``mean``) and a dense update to ``--hidden`` columns (ReLU), on single
   targets and merged groups of 2 and 4 targets taken in the graph's request
   order; ``rows`` is the union of their k-hop sets, as in the live profile.
+  With ``--fanouts 10,10`` the k-hop fetch samples at most that many
+  in-neighbours per vertex and hop, as the serving config's ``fanouts`` does
+  live (the fetcher's per-vertex deterministic sample, so ``rows`` is what the
+  live fetcher reads); the fanouts are stored in the calibration, and
+  ``simulate`` builds its requests' k-hop sets with them.
   Each is timed in CPU seconds of this process (``time.process_time``): a
   function instance runs on its own vCPU, while this machine may be shared,
   and wall time would count the other tenants' work (the graph is read from
@@ -35,11 +40,13 @@ at the trace's rate).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from gnn_faas.errors import InvalidRequest
 from gnn_faas.traces.calibration import Calibration, fit_linear
 from gnn_faas.traces.measure_calibration import full_fetch_seconds
 from gnn_faas.traces.request_stream import request_order
@@ -49,10 +56,11 @@ GROUP_SIZES = (1, 2, 4)
 
 def measure_executions(
     graph: Any, hops: int, order: np.ndarray, *, hidden: int = 64, per_group: int = 3,
-    seed: int = 0,
+    seed: int = 0, fanouts: Sequence[int] | None = None,
 ) -> list[tuple[int, float]]:  # fmt: skip
     """``(union rows, seconds)`` of executions of ``per_group`` groups of each
-    size in :data:`GROUP_SIZES`, targets in request order."""
+    size in :data:`GROUP_SIZES`, targets in request order, neighbourhoods
+    sampled with ``fanouts`` (``None``: full)."""
     from gnn_faas.functions.aggregate import aggregate
     from gnn_faas.storage.fetcher import KHopFetcher
 
@@ -70,7 +78,7 @@ def measure_executions(
             targets = order[(k + np.arange(size)) % order.size]
             k += size
             t0 = time.process_time()
-            cg = fetcher.fetch(targets, hops)
+            cg = fetcher.fetch(targets, hops, fanouts)
             h = fetcher.read_features(cg.input_nodes)
             for block, w in zip(cg.blocks(), weights, strict=True):
                 h = np.maximum(aggregate("mean", block, h) @ w, 0.0)
@@ -87,19 +95,25 @@ def calibrate_graph(
     hidden: int = 64,
     per_group: int = 3,
     repeats: int = 1,
+    fanouts: Sequence[int] | None = None,
     log=print,
 ) -> Calibration:
     hops = base.hops
+    if fanouts is not None and len(fanouts) != hops:
+        raise InvalidRequest(f"--fanouts needs one fanout per hop ({hops}), got {len(fanouts)}")
     log(f"timing full downloads of {graph.name} ...")
     fetch_s, graph_mb = full_fetch_seconds(store, graph.name, repeats)
     log(f"full download: {graph_mb:.0f} MiB in {fetch_s:.2f} s; timing executions ...")
     samples = measure_executions(
-        graph, hops, request_order(graph), hidden=hidden, per_group=per_group
+        graph, hops, request_order(graph), hidden=hidden, per_group=per_group, fanouts=fanouts
     )
     a, b = fit_linear(*np.asarray(samples, dtype=np.float64).T)
     m = graph.manifest
     row_bytes = m.feature_dim * 4 * (1 + hops) + 12 * m.num_edges / max(m.num_nodes, 1)
     cap = base.max_instances if max_instances is None else int(max_instances)
+    sampled = fanouts is not None and any(f >= 0 for f in fanouts)
+    fan = tuple(int(f) for f in fanouts) if sampled else None
+    fan_flag = f" --fanouts {','.join(map(str, fan))}" if fan else ""
     return replace(
         base,
         graph=graph.name,
@@ -110,10 +124,11 @@ def calibrate_graph(
         graph_mb=float(graph_mb),
         full_fetch_s=float(fetch_s),
         max_instances=cap,
+        fanouts=fan,
         meta={
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "command": f"gnn-faas simulate calibrate-graph --graph {graph.name} --store STORE "
-            f"--max-instances {cap} --out FILE",
+            f"--max-instances {cap}{fan_flag} --out FILE",
             "platform_from": base.meta,
             "graph_shape": {
                 "vertices": m.num_nodes,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +45,17 @@ def setup_simulation(
     policy_cls: Any = None,
     buffer_settings: Any = None,
     workers: int = 1,
+    fanouts: Sequence[int] | None = None,
 ) -> Any:
-    """The policies' shared setup: the stream with k-hop sets and the gateway's
-    buffer configuration and timeout configurator for the graph."""
+    """The policies' shared setup: the stream with k-hop sets (sampled with
+    ``fanouts``, full without) and the gateway's buffer configuration and
+    timeout configurator for the graph."""
     if trace.requests == 0:
         raise InvalidRequest(f"the {trace.name} trace window holds no arrivals")
     slo = slo_s or calibration.slo_s
     bcfg = BufferConfig.from_settings(buffer_settings or BufferSettings(), slo)
     configurator = load_configurator(None, graph=graph.name, config=bcfg)
-    stream = build_stream(graph, trace.arrivals, calibration.hops)
+    stream = build_stream(graph, trace.arrivals, calibration.hops, fanouts)
     return SimulationSetup(
         stream=stream,
         calibration=calibration,
@@ -63,6 +66,21 @@ def setup_simulation(
         policy_cls=policy_cls or LoadAwarePolicy,
         workers=max(1, int(workers)),
     )
+
+
+def simulation_fanouts(args: argparse.Namespace, calibration: Calibration) -> tuple | None:
+    """``--fanouts`` when given (parsed by the CLI into a tuple; ``-1``
+    entries: all neighbours), else the fanouts the calibration's executions
+    were measured with."""
+    given = getattr(args, "fanouts", None)
+    fanouts = tuple(given) if given else calibration.fanouts
+    if fanouts is not None and len(fanouts) != calibration.hops:
+        raise InvalidRequest(
+            f"--fanouts needs one fanout per hop ({calibration.hops}), got {len(fanouts)}"
+        )
+    if fanouts is not None and not any(f >= 0 for f in fanouts):
+        return None
+    return fanouts
 
 
 def buffer_settings(args: argparse.Namespace) -> Any:
@@ -129,7 +147,8 @@ def simulate_frontier(trace_name: str, args: argparse.Namespace) -> dict:
     )
     trace = load_trace(trace_name, args)
     graph, _ = open_prepared_graph(args.graph, args.store)
-    setup = setup_simulation(trace, graph, cal, args.slo, workers=args.workers)
+    fanouts = simulation_fanouts(args, cal)
+    setup = setup_simulation(trace, graph, cal, args.slo, workers=args.workers, fanouts=fanouts)
     slo = setup.buffer_config.slo_s
 
     def summary(run) -> dict:
@@ -169,9 +188,11 @@ def simulate_trace(trace_name: str, args: argparse.Namespace) -> dict:
     )
     trace = load_trace(trace_name, args)
     graph, _ = open_prepared_graph(args.graph, args.store)
+    fanouts = simulation_fanouts(args, cal)
     setup = setup_simulation(
-        trace, graph, cal, args.slo, buffer_settings=buffer_settings(args), workers=args.workers
-    )
+        trace, graph, cal, args.slo, buffer_settings=buffer_settings(args), workers=args.workers,
+        fanouts=fanouts,
+    )  # fmt: skip
     update, close = progress_bar(trace.requests, not args.no_progress and not args.json, "gnn_faas")
     runs = simulate(setup, policies, update)
     close()
@@ -187,23 +208,42 @@ def simulate_trace(trace_name: str, args: argparse.Namespace) -> dict:
         "warmup_s": trace.warmup_s,
         "slo_s": slo,
         "calibration": cal.meta.get("measured_at", ""),
+        "fanouts": list(fanouts) if fanouts else None,
+        "rows_per_request_mean": float(setup.stream.sizes.mean()),
         "policies": {n: r.summary(slo, prices, trace.measured_s) for n, r in runs.items()},
     }
-    add_storage(result, graph, cal.hops, prices, trace.measured_s)
+    add_timeout_latency(result, runs, setup.timeout_s)
+    add_storage(result, graph, cal.hops, prices, trace.measured_s, fanouts)
     if args.out:
         write_simulation(Path(args.out), result, runs)
         result["out"] = args.out
     return result
 
 
-def add_storage(result: dict, graph: Any, hops: int, prices: dict, duration_s: float) -> None:
+def add_timeout_latency(result: dict, runs: dict, timeout_s: float) -> None:
+    """Each policy's ``mean_ms_all``/``p99_ms_all``: every request's latency,
+    a dropped one counted at the request timeout (a lower bound of its wait);
+    ``mean_ms``/``p99_ms`` cover the completed requests only, which flatters a
+    policy that drops the requests waiting for a slow start."""
+    result["timeout_s"] = timeout_s
+    for name, run in runs.items():
+        lat = np.where(run.dropped, timeout_s, run.done - run.arrivals)
+        p = result["policies"][name]
+        p["mean_ms_all"] = float(lat.mean() * 1e3) if lat.size else 0.0
+        p["p99_ms_all"] = float(np.percentile(lat, 99) * 1e3) if lat.size else 0.0
+
+
+def add_storage(
+    result: dict, graph: Any, hops: int, prices: dict, duration_s: float,
+    fanouts: Sequence[int] | None = None,
+) -> None:  # fmt: skip
     """Each policy's storage requests and dollars (``storage``) beside its
     compute ``dollars``, from fetches measured on the graph under the bundled
     S3 constants (:mod:`gnn_faas.traces.storage_requests`)."""
     from gnn_faas.traces.request_stream import request_order
     from gnn_faas.traces.storage_requests import measure_fetch_requests, storage_per_policy
 
-    model = measure_fetch_requests(graph, hops, request_order(graph))
+    model = measure_fetch_requests(graph, hops, request_order(graph), fanouts=fanouts)
     storage = storage_per_policy(result["policies"], model, prices, duration_s)
     for name, s in storage.items():
         result["policies"][name]["storage"] = s

@@ -14,6 +14,7 @@ or live figures, into requests and dollars (:mod:`gnn_faas.traces.cost`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -42,10 +43,12 @@ class FetchRequests:
 
 
 def measure_fetch_requests(
-    graph: Any, hops: int, targets: np.ndarray, scheme: str = "s3", per_group: int = 2
-) -> FetchRequests:
+    graph: Any, hops: int, targets: np.ndarray, scheme: str = "s3", per_group: int = 2,
+    fanouts: Sequence[int] | None = None,
+) -> FetchRequests:  # fmt: skip
     """Fit the per-fetch requests on ``per_group`` fetches of each group size in
-    :data:`GROUPS`, the targets taken in order (``targets``: the request order).
+    :data:`GROUPS`, the targets taken in order (``targets``: the request order),
+    neighbourhoods sampled with ``fanouts`` (``None``: full).
 
     A line ``per_fetch + per_row·rows`` approximates a curve: GETs grow with the
     rows while they are sparse in the file and fall once a fetch covers most of
@@ -67,7 +70,7 @@ def measure_fetch_requests(
             ts = targets[(k + np.arange(size)) % targets.size]
             k += size
             before = fetcher.stats.ranges_requested
-            cg = fetcher.fetch(ts, hops)
+            cg = fetcher.fetch(ts, hops, fanouts)
             fetcher.read_features(cg.input_nodes)
             rows.append(int(cg.input_nodes.size))
             gets.append(fetcher.stats.ranges_requested - before)

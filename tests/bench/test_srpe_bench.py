@@ -13,6 +13,8 @@ def test_srpe_bench_on_cora(tmp_path, capsys):
             "--repeat", "1", "--json"]  # fmt: skip
     assert main(argv) == 0
     r = json.loads(capsys.readouterr().out)
+    # a GCN's recomputed candidates come from their stored states (exact, asserted below)
+    assert r["recompute"] == "state"
     assert r["queries"] == 30 and r["accuracy_kind"] == "labels"
     assert 0 <= r["exact"]["accuracy"] <= 1 and r["exact"]["p50_ms"] > 0
     # the breakdown: building the graph is part of each serving; every serving reads the store
@@ -28,6 +30,15 @@ def test_srpe_bench_on_cora(tmp_path, capsys):
         assert none["rel_error_mean"] > full["rel_error_mean"]  # stale neighbours cost accuracy
         assert none["rows_p50"] <= full["rows_p50"] == r["exact"]["rows_p50"]
         assert 0 < none["graph_p50_ms"] <= none["p50_ms"] and none["reads_mean"] >= 3
+        # every candidate recomputed, from one state row each: fewer bytes than exact serving
+        assert full["bytes_p50"] < r["exact"]["bytes_p50"]
+    assert main(argv + ["--recompute", "full"]) == 0
+    whole = json.loads(capsys.readouterr().out)
+    assert whole["recompute"] == "full"
+    for policy in ("query_edge_ratio", "random"):
+        assert whole["policies"][policy]["1"]["agreement_with_exact"] == 1.0
+        state, full = r["policies"][policy]["1"], whole["policies"][policy]["1"]
+        assert state["bytes_p50"] < full["bytes_p50"]
     assert main(["bench", "srpe", "--graph", "cora", "--budgets", "2"]) == 2
 
 

@@ -96,3 +96,37 @@ def test_policy_table_shows_storage_beside_compute(bitcoin_store, capsys):
     assert "| storage GETs / req | storage $ / M req |" in out
     rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")}
     assert "s3_standard" in rows["gnn_faas"] and "elasticache_redis" in rows["gnn_faas"]
+
+
+def test_simulate_with_sampled_fanouts(tmp_path, bitcoin_store, capsys):
+    """``--fanouts`` (or a calibration measured with them) builds the requests'
+    k-hop sets with the fetcher's sample: at most ``1 + f1 + f1·f2`` rows a
+    request, fewer than full neighbourhoods; the study tables say which."""
+    from gnn_faas.traces.calibration import Calibration
+
+    base = ["simulate", "azure2019", "--minutes", "1", "--start-minute", "60", "--store",
+            bitcoin_store, "--policies", "all", "--json"]  # fmt: skip
+    assert main(base) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert main([*base, "--fanouts", "3,2"]) == 0
+    sampled = json.loads(capsys.readouterr().out)
+    assert full["fanouts"] is None and sampled["fanouts"] == [3, 2]
+    assert sampled["rows_per_request_mean"] <= 1 + 3 + 6
+    assert sampled["rows_per_request_mean"] < full["rows_per_request_mean"]
+    assert sampled["storage_model"]["rows_per_request"] <= 1 + 3 + 6
+    assert "sampled fanouts 3,2" in study_tables(sampled)
+    for p in sampled["policies"].values():  # dropped requests count at the timeout in *_all
+        assert p["mean_ms_all"] >= p["mean_ms"] - 1e-9
+        if p["dropped"] == 0:
+            assert p["mean_ms_all"] == pytest.approx(p["mean_ms"])
+            assert p["p99_ms_all"] == pytest.approx(p["p99_ms"])
+        else:
+            assert p["mean_ms_all"] > p["mean_ms"]
+    assert "full neighbourhoods" in study_tables(full)
+    # a calibration measured with fanouts is simulated with them by default
+    cal = Calibration.from_dict({**Calibration.bundled("bitcoin-otc").to_dict(), "fanouts": [3, 2]})
+    cal.save(tmp_path / "cal.json")
+    assert main([*base, "--calibration", str(tmp_path / "cal.json")]) == 0
+    assert json.loads(capsys.readouterr().out)["fanouts"] == [3, 2]
+    assert main([*base, "--fanouts", "3"]) == 2
+    assert "one fanout per hop" in capsys.readouterr().err
