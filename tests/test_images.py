@@ -108,7 +108,11 @@ def test_image_metadata(client, kind):
     env = dict(e.split("=", 1) for e in cfg["Env"])
     assert env["PORT"] == "8080" and env["HOME"] == "/tmp" and env["TMPDIR"] == "/tmp"
     if kind == "memory":
-        assert attrs["Size"] < 300e6  # a memory image without torch stays small
+        # A memory image without torch stays small: torch's CPU wheel alone would
+        # add ~700 MB (the build also refuses an image where torch can be found).
+        # The rest (Debian base, python, numpy, scipy, the storage clients) is
+        # ~300 MB and moves with the versions pip resolves at build time.
+        assert attrs["Size"] < 350e6
 
 
 # what each image may and may not import
