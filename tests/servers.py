@@ -3,6 +3,7 @@
 ``redis_server()`` runs the ``redis-server`` binary; ``moto_server()`` runs
 moto's standalone S3-compatible HTTP server in a subprocess. Both wait (with a
 bound) until the server answers, yield its URL, and always stop it.
+``http_server(handler)`` serves a test's own :class:`QuietHandler` in a thread.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -129,3 +132,23 @@ def moto_server() -> Iterator[str]:
         ) as port,
     ):
         yield f"http://{LOOPBACK}:{port}"
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A test's request handler, without http.server's line per request on stderr."""
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's name
+        return None
+
+
+@contextlib.contextmanager
+def http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """``handler`` served by a threaded http.server on a free loopback port;
+    yields its base URL and always shuts it down."""
+    srv = ThreadingHTTPServer((LOOPBACK, 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://{LOOPBACK}:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()

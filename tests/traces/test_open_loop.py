@@ -5,13 +5,11 @@ answer with the exception's name."""
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import numpy as np
 import pytest
 
 from gnn_faas.traces.open_loop import ERROR_BODY_BYTES, parse_answer, send_open_loop
+from tests.servers import QuietHandler, http_server
 
 
 def test_parse_answer_framings():
@@ -28,7 +26,7 @@ def test_parse_answer_framings():
         parse_answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     def do_POST(self):  # noqa: N802 - http.server's name
         body = self.rfile.read(int(self.headers["Content-Length"]))
         status = 200 if body == b"ok" else 400
@@ -39,16 +37,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def log_message(self, *args):
-        pass
-
 
 @pytest.fixture()
 def server():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
-    srv.shutdown()
+    with http_server(_Handler) as url:
+        yield url
 
 
 @pytest.mark.parametrize("keep", [False, True])

@@ -8,16 +8,16 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
 
 from gnn_faas.cli import main
 from gnn_faas.traces.replay import replay
+from tests.servers import QuietHandler, http_server
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     lock = threading.Lock()
     active = 0
     peak = 0
@@ -43,17 +43,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def log_message(self, *args):
-        pass
-
 
 @pytest.fixture()
 def server():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
-    srv.shutdown()
+    with http_server(_Handler) as url:
+        yield url
 
 
 def test_open_loop_bounded_and_recorded(server):
@@ -129,7 +123,7 @@ def test_status_sampler_skips_error_answers():
     instances: read as a sample, it would show the pool empty)."""
     from gnn_faas.traces.replay import StatusSampler
 
-    class Status(BaseHTTPRequestHandler):
+    class Status(QuietHandler):
         calls = 0
 
         def do_GET(self):  # noqa: N802 - http.server's name
@@ -142,19 +136,9 @@ def test_status_sampler_skips_error_answers():
             self.end_headers()
             self.wfile.write(data)
 
-        def log_message(self, *args):
-            pass
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Status)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        with StatusSampler(
-            f"http://127.0.0.1:{srv.server_address[1]}", time.monotonic(), 0.01
-        ) as s:
-            deadline = time.monotonic() + 30
-            while s.failed < 3 and time.monotonic() < deadline:
-                time.sleep(0.01)
-    finally:
-        srv.shutdown()
+    with http_server(Status) as url, StatusSampler(url, time.monotonic(), 0.01) as s:
+        deadline = time.monotonic() + 30  # poll until three error answers were seen
+        while s.failed < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
     assert s.failed >= 3 and len(s.samples) >= 3
     assert all(x["allocated_gb"] == 0.5 and x["instances"] == {"f": 1} for x in s.samples)
