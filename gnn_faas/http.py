@@ -17,13 +17,26 @@
   functions send it on, the answer's ``traceparent`` names it).
 
 Helpers read frames and JSON bodies and build frame responses.
+
+Frame endpoints (:func:`frame_route`), the functions' hot calls, are served
+twice over: as Flask views, and by :class:`FrameDispatcher`, a WSGI app in
+front of Flask that answers a frame body on such a path itself with the same
+conventions (errors, limits, ``Server-Timing``, trace context, the timer). A
+function call on a small graph is mostly fixed cost, and Flask's request
+machinery (request context, routing, hooks, the response object) was about a
+third of it; every other path and body still goes to Flask.
 """
 
 from __future__ import annotations
 
+import contextvars
+import json
 import logging
 import threading
 import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 from flask import Flask, Response, g, jsonify, request
@@ -73,6 +86,26 @@ class StrictJSONProvider(DefaultJSONProvider):
         return super().dumps(obj, **kwargs)
 
 
+@dataclass
+class CallTimes:
+    """What one request's answer reports in ``Server-Timing`` beside ``app``:
+    seconds of frame (de)serialisation, and a handler's own entries (ms)."""
+
+    serde: float = 0.0
+    entries: dict[str, float] = field(default_factory=dict)
+
+    def header(self, app_seconds: float) -> str:
+        timing = f"app;dur={app_seconds * 1e3:.3f}, serde;dur={self.serde * 1e3:.3f}"
+        for name, ms in self.entries.items():  # e.g. a memory function's forwarded call
+            timing += f", {name};dur={ms:.3f}"
+        return timing
+
+
+_times: contextvars.ContextVar[CallTimes | None] = contextvars.ContextVar(
+    "gnn_faas_call_times", default=None
+)
+
+
 def error_response(message: str, status: int, headers: dict[str, str] | None = None) -> Response:
     resp = jsonify({"error": message})
     resp.status_code = status
@@ -114,6 +147,8 @@ def install(app: Flask, max_content_length: int = DEFAULT_MAX_BYTES) -> Flask:
     @app.before_request
     def _start_timer():
         g.gnn_faas_t0 = time.perf_counter()
+        g.gnn_faas_times = CallTimes()
+        g.gnn_faas_times_token = _times.set(g.gnn_faas_times)
 
     @app.after_request
     def _stop_timer(resp: Response):
@@ -122,13 +157,17 @@ def install(app: Flask, max_content_length: int = DEFAULT_MAX_BYTES) -> Flask:
             dt = time.perf_counter() - t0
             timer.record(dt, resp.status_code)
             # the handler's time, and of it the frames' (de)serialisation
-            serde = getattr(g, "gnn_faas_serde", 0.0)
-            timing = f"app;dur={dt * 1e3:.3f}, serde;dur={serde * 1e3:.3f}"
-            # a handler's own entries (a memory function's forwarded call)
-            for name, ms in getattr(g, "gnn_faas_timing", {}).items():
-                timing += f", {name};dur={ms:.3f}"
-            resp.headers["Server-Timing"] = timing
+            resp.headers["Server-Timing"] = g.gnn_faas_times.header(dt)
         return resp
+
+    @app.teardown_request
+    def _unbind_times(exc) -> None:
+        token = g.pop("gnn_faas_times_token", None)
+        if token is not None:
+            try:
+                _times.reset(token)
+            except ValueError:  # set in another context (cannot happen under WSGI)
+                _times.set(None)
 
     return app
 
@@ -154,13 +193,15 @@ def read_frame() -> tuple[dict, dict]:
 
 def add_server_timing(name: str, ms: float) -> None:
     """One more ``Server-Timing`` entry on this request's answer (milliseconds)."""
-    if not hasattr(g, "gnn_faas_timing"):
-        g.gnn_faas_timing = {}
-    g.gnn_faas_timing[name] = float(ms)
+    times = _times.get()
+    if times is not None:
+        times.entries[name] = float(ms)
 
 
 def _count_serde(seconds: float) -> None:
-    g.gnn_faas_serde = getattr(g, "gnn_faas_serde", 0.0) + seconds
+    times = _times.get()
+    if times is not None:
+        times.serde += seconds
 
 
 def read_json() -> dict[str, Any]:
@@ -190,3 +231,120 @@ def _limit() -> int:
     from flask import current_app
 
     return int(current_app.config.get("MAX_CONTENT_LENGTH") or DEFAULT_MAX_BYTES)
+
+
+# -- frame endpoints ----------------------------------------------------------------
+FRAME_ROUTES = "gnn_faas_frame_routes"
+FrameHandler = Callable[[dict, dict], "bytes | dict[str, Any]"]
+
+
+def frame_route(app: Flask, path: str, handler: FrameHandler) -> None:
+    """Serve ``POST path`` with ``handler(tensors, params)``, whose answer is an
+    encoded frame (bytes) or the answer's tensors: as a Flask view (any body
+    :func:`read_frame` takes), and by :class:`FrameDispatcher` for frame bodies."""
+
+    def view() -> Response:
+        out = handler(*read_frame())
+        return encoded_frame_response(out) if isinstance(out, bytes) else frame_response(out)
+
+    app.add_url_rule(path, endpoint=f"frame:{path}", view_func=view, methods=["POST"])
+    app.extensions.setdefault(FRAME_ROUTES, {})[path] = handler
+
+
+def _json_error(message: str) -> bytes:
+    return json.dumps({"error": message}).encode()
+
+
+class FrameDispatcher:
+    """WSGI app in front of a Flask ``app``: a ``POST`` of a frame body with a
+    declared length to a :func:`frame_route` path is answered here, everything
+    else by Flask. Same answers as Flask's view and :func:`install`'s hooks:
+    the frame or a JSON error with the exception's status and headers (413
+    beyond ``MAX_CONTENT_LENGTH``, a logged 500 for a fault of ours),
+    ``Server-Timing`` (app, serde and the handler's entries), the answer's
+    ``traceparent`` (the request's trace continued or started) and the timer."""
+
+    def __init__(self, app: Flask):
+        self.app = app
+        self.routes: dict[str, FrameHandler] = dict(app.extensions.get(FRAME_ROUTES, {}))
+        self.timer: RequestTimer = app.extensions["gnn_faas_timer"]
+        self.limit = int(app.config.get("MAX_CONTENT_LENGTH") or DEFAULT_MAX_BYTES)
+
+    def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+        handler = self.routes.get(environ.get("PATH_INFO", ""))
+        length = environ.get("CONTENT_LENGTH")
+        if (
+            handler is None
+            or environ.get("REQUEST_METHOD") != "POST"
+            or (environ.get("CONTENT_TYPE") or "").split(";")[0].strip().lower() != FRAME_MIME
+            or not (length or "").isdigit()
+            or "HTTP_TRANSFER_ENCODING" in environ
+        ):
+            return self.app(environ, start_response)
+        t0 = time.perf_counter()
+        incoming = request_id.parse_traceparent(
+            environ.get("HTTP_TRACEPARENT"), environ.get("HTTP_TRACESTATE")
+        )
+        ctx = request_id.new_trace() if incoming is None else incoming.child()
+        times = CallTimes()
+        token = _times.set(times)
+        try:
+            with request_id.bound(ctx):
+                status, headers, body = self._answer(handler, environ, int(length))
+        finally:
+            _times.reset(token)
+        dt = time.perf_counter() - t0
+        self.timer.record(dt, status)
+        headers += [
+            ("Content-Length", str(len(body))),
+            ("Server-Timing", times.header(dt)),
+            (request_id.HEADER, ctx.traceparent),
+        ]
+        start_response(f"{status} {_reason(status)}", headers)
+        return [body]
+
+    def _answer(
+        self, handler: FrameHandler, environ: dict, length: int
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
+        try:
+            if length > self.limit:
+                msg = f"request body exceeds the limit of {self.limit} bytes"
+                return 413, [("Content-Type", "application/json")], _json_error(msg)
+            body = environ["wsgi.input"].read(length)
+            t0 = time.perf_counter()
+            try:
+                tensors, params = decode_frame(body, max_bytes=self.limit)
+            finally:
+                _count_serde(time.perf_counter() - t0)
+            del body
+            out = handler(tensors, params)
+            if not isinstance(out, bytes):
+                t0 = time.perf_counter()
+                out = encode_frame(out)
+                _count_serde(time.perf_counter() - t0)
+            return 200, [("Content-Type", FRAME_MIME)], out
+        except GnnFaasError as exc:
+            status = http_status(exc)
+            if status == 500:  # ours, not the client's: the log says why
+                log.error("error serving POST %s: %s", environ.get("PATH_INFO"), exc)
+            headers = [("Content-Type", "application/json"), *http_headers(exc).items()]
+            return status, headers, _json_error(str(exc) or type(exc).__name__)
+        except Exception as exc:
+            log.exception("unhandled error serving POST %s", environ.get("PATH_INFO"))
+            body = _json_error(f"internal error ({type(exc).__name__})")
+            return http_status(exc), [("Content-Type", "application/json")], body
+
+
+def _reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Unknown"
+
+
+def wsgi_app(app: Any) -> Any:
+    """The WSGI app to serve: a Flask app with frame routes behind a
+    :class:`FrameDispatcher`, anything else as it is."""
+    if isinstance(app, Flask) and app.extensions.get(FRAME_ROUTES):
+        return FrameDispatcher(app)
+    return app

@@ -23,8 +23,8 @@ from tests.servers import moto_server, redis_server
 
 @pytest.fixture(autouse=True)
 def _tracemalloc_isolated() -> Iterator[None]:
-    """A memory function built in-process starts tracemalloc for good (it measures
-    request peaks); stop it after the test so later tests see the state they expect."""
+    """A test that starts tracemalloc (to measure a call's whole peak) leaves it
+    running; stop it after the test so later tests see the state they expect."""
     tracing = tracemalloc.is_tracing()
     yield
     if not tracing and tracemalloc.is_tracing():

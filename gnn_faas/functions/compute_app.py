@@ -38,7 +38,7 @@ from flask import Flask, jsonify
 
 from gnn_faas.errors import InvalidRequest
 from gnn_faas.functions.metrics import compute_families, install_metrics
-from gnn_faas.http import frame_response, install, read_frame
+from gnn_faas.http import frame_route, install
 from gnn_faas.wire import DEFAULT_MAX_BYTES, params_get, require
 
 log = logging.getLogger("gnn_faas.compute")
@@ -125,9 +125,7 @@ def create_compute_app(
     def stats():
         return jsonify(_stats(model, n_threads, counts, timer))
 
-    @app.post("/v1/update")
-    def update():
-        tensors, params = read_frame()
+    def update(tensors: dict, params: dict) -> dict:
         layer = params_get(params, "layer", int)
         stage = params_get(params, "stage", str)
         if stage == "pre":
@@ -147,16 +145,16 @@ def create_compute_app(
         else:
             raise InvalidRequest(f"stage must be 'pre' or 'post', got {stage!r}")
         counts[stage] += 1
-        return frame_response(out)
+        return out
 
-    @app.post("/v1/head")
-    def head():
-        tensors, params = read_frame()
+    def head(tensors: dict, params: dict) -> dict:
         kind = params_get(params, "kind", str)
         out = _run_head(model, run_lock, kind, tensors)
         counts[kind] += 1
-        return frame_response(out)
+        return out
 
+    frame_route(app, "/v1/update", update)
+    frame_route(app, "/v1/head", head)
     return app
 
 

@@ -19,7 +19,16 @@ in flight; a miss is admitted when there is space or it beats the lowest
 resident value. When ``baseline + cache + working set`` would cross the limit,
 the cache is cleared and the request re-executed on the empty cache
 (``reexecutions``), so the request is never lost and the ceiling holds after
-every request. Nothing here is sized by the graph: an idle instance's memory
+every request.
+
+The working set is measured (tracemalloc) only where it can matter. A request
+whose closed-form bound (:func:`~gnn_faas.functions.peak_predictor.analytic_peak`,
+an upper bound of its allocations) is at most ``untraced_share`` of the limit
+runs untraced: the cache reserves the bound instead of the prediction and
+accounts the bound as its peak, so the ceiling holds without a measurement.
+Tracing slows every allocation of the process (a lone small request's
+Aggregate took ~4x longer under it), while for such requests the bound costs
+the cache a few rows at most. Larger requests are traced while they run. Nothing here is sized by the graph: an idle instance's memory
 must not grow with its vertex count. One re-entrant lock guards every
 mutation. The design and its reasons: docs/architecture.md, section 5.
 """
@@ -58,6 +67,9 @@ class CachePolicy:
     degree_weight: float = DEFAULT_DEGREE_WEIGHT  # weight of the normalised log-degree prior
     max_rows: int | None = None  # hard cap on rows (benchmarks: a fraction of the graph)
     growth: float = 1.5  # allocation grows by this factor (on demand, never past capacity)
+    # a request whose closed-form bound is at most this share of the limit runs untraced
+    # (its bound reserved and accounted instead of a measured peak); 0: trace every request
+    untraced_share: float = 1 / 32
 
     def __post_init__(self) -> None:
         if self.decay_every < 1:
@@ -68,6 +80,8 @@ class CachePolicy:
             raise InvalidRequest("max_rows must be >= 0")
         if self.growth < 1.0:
             raise InvalidRequest("growth must be >= 1")
+        if not 0.0 <= self.untraced_share <= 1.0:
+            raise InvalidRequest("untraced_share must be in [0, 1]")
 
 
 @dataclass
@@ -80,10 +94,12 @@ class CacheStats:
     requests: int = 0
     reexecutions: int = 0
     over_limit: int = 0  # requests whose own working set exceeded limit - baseline
+    traced: int = 0  # requests whose peak was measured (the others were bounded)
 
 
 def measure_peak(work: Callable[[], T]) -> tuple[T, int]:
-    """Run ``work`` and return ``(result, peak bytes it allocated)`` via tracemalloc."""
+    """Run ``work`` and return ``(result, peak bytes it allocated)`` via tracemalloc
+    (started for the call and stopped after it, unless something traces already)."""
     nested = tracemalloc.is_tracing()
     if nested:
         start, _ = tracemalloc.get_traced_memory()
@@ -191,6 +207,7 @@ class FeatureCache:
             "requests": s.requests,
             "reexecutions": s.reexecutions,
             "over_limit": s.over_limit,
+            "traced": s.traced,
             "capacity_rows": int(self.capacity_rows),
             "rows": int(self.rows),
             "bytes": self.bytes,
@@ -382,44 +399,24 @@ class FeatureCache:
     ) -> T:
         """Run one request's ``work`` under the memory protocol (module docstring).
 
-        ``shape`` gives the predicted peak (or pass ``predicted_peak``);
-        ``pinned`` are the ids the request reads (their rows are not evicted to
-        make room). ``work`` reads rows with :meth:`get_rows`.
+        ``shape`` gives the predicted peak (or pass ``predicted_peak``, which is
+        then always traced: it is no bound); ``pinned`` are the ids the request
+        reads (their rows are not evicted to make room). ``work`` reads rows with
+        :meth:`get_rows`.
         """
         with self.lock:
             predicted = self.predict_peak(shape) if predicted_peak is None else int(predicted_peak)
+            bound = self._untraced_bound(shape) if predicted_peak is None else None
+            reserve = predicted if bound is None else max(predicted, bound)
             pin = None if pinned is None else np.asarray(pinned, dtype=np.int64)
             self.last_predicted_peak = predicted
-            self.set_capacity(self._row_cap(predicted), pin)
+            self.set_capacity(self._row_cap(reserve), pin)
             self._deferred = []
             try:
-                try:
-                    result, peak = measure_peak(work)
-                    overflow = (
-                        self.limit_bytes is not None
-                        and self.accounted_bytes(peak) > self.limit_bytes
-                    )
-                except MemoryError:
-                    peak, overflow = 0, True
-                if overflow:
-                    # the prediction was too low: free the cache, run again on an empty one
-                    self.stats.reexecutions += 1
-                    self.clear()
-                    self._deferred = []
-                    try:
-                        result, peak = measure_peak(work)
-                    except MemoryError:
-                        raise Unavailable(
-                            "request needs more memory than this instance has"
-                        ) from None
-                    if (
-                        self.limit_bytes is not None
-                        and self.accounted_bytes(peak) > self.limit_bytes
-                    ):
-                        self.stats.over_limit += 1
+                result, peak = self._execute(work, bound)
                 self.last_actual_peak = peak
                 deferred, self._deferred = self._deferred, None
-                self.capacity_rows = self._row_cap(max(predicted, peak))
+                self.capacity_rows = self._row_cap(max(reserve, peak))
                 if deferred:
                     # no copy of the request's rows here: only the admitted ones
                     # are copied, into the cache (a part may load hundreds of MB)
@@ -437,6 +434,47 @@ class FeatureCache:
             finally:
                 self._deferred = None
                 self._tick()
+
+    def _untraced_bound(self, shape: RequestShape | None) -> int | None:
+        """The closed-form bound of a request small enough to run untraced, else ``None``."""
+        if shape is None:
+            return None
+        bound = analytic_peak(shape)
+        if self.limit_bytes is not None and bound > self.policy.untraced_share * self.limit_bytes:
+            return None
+        return bound
+
+    def _execute(self, work: Callable[[], T], bound: int | None) -> tuple[T, int]:
+        """``(result, accounted peak)`` of ``work``: untraced with its ``bound``, or
+        traced, re-executed on an empty cache when the measured peak would cross
+        the limit."""
+        if bound is not None:
+            try:
+                return work(), bound
+            except MemoryError:
+                pass  # the bound held, so the process as a whole is short: as below
+        else:
+            self.stats.traced += 1
+            try:
+                result, peak = measure_peak(work)
+                if not (
+                    self.limit_bytes is not None and self.accounted_bytes(peak) > self.limit_bytes
+                ):
+                    return result, peak
+            except MemoryError:
+                pass
+        # the prediction was too low: free the cache, run again on an empty one
+        self.stats.reexecutions += 1
+        self.clear()
+        self._deferred = []
+        self.stats.traced += 1
+        try:
+            result, peak = measure_peak(work)
+        except MemoryError:
+            raise Unavailable("request needs more memory than this instance has") from None
+        if self.limit_bytes is not None and self.accounted_bytes(peak) > self.limit_bytes:
+            self.stats.over_limit += 1
+        return result, peak
 
     # -- internals (call with the lock held) -------------------------------------
     def _touch(self, hit_slots: np.ndarray, miss_ids: np.ndarray) -> None:

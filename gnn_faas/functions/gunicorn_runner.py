@@ -115,9 +115,10 @@ class FactoryApplication(BaseApplication):
 
     def load(self):
         from gnn_faas.errors import GnnFaasError
+        from gnn_faas.http import wsgi_app
 
-        try:
-            return self.factory()
+        try:  # a function's frame endpoints skip Flask (gnn_faas/http.py, FrameDispatcher)
+            return wsgi_app(self.factory())
         except GnnFaasError as exc:
             msg = f"gnn-faas {self.server_config.role} function: error: {exc}"
             print(json_line("gnn_faas.server", msg, "error"), file=sys.stderr)

@@ -52,7 +52,6 @@ import os
 import sys
 import threading
 import time
-import tracemalloc
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,10 +72,9 @@ from gnn_faas.functions.metrics import install_metrics, memory_families
 from gnn_faas.functions.peak_predictor import PeakPredictor, RequestShape, bundled_predictor_path
 from gnn_faas.http import (
     add_server_timing,
-    encoded_frame_response,
     error_response,
+    frame_route,
     install,
-    read_frame,
 )
 from gnn_faas.storage.computation_graph import Block, cg_from_tensors, cg_tensors
 from gnn_faas.storage.fetcher import KHopFetcher
@@ -353,13 +351,9 @@ class MemoryFunction:
             policy=cfg.policy(),
             prior=prior,
         )
-        # Peaks are measured with tracemalloc (feature_cache.measure_peak). It runs
-        # from here on and is never stopped: starting and stopping it around every
-        # request leaked about 1 MB per 200 requests, while one
-        # session traces only what is allocated after start (requests, cache
-        # rows), not the modules and graph state allocated before.
-        if not tracemalloc.is_tracing():
-            tracemalloc.start()
+        # Peaks are measured with tracemalloc only for requests too large for
+        # their closed-form bound (feature_cache.FeatureCache.run): tracing the
+        # whole process would slow every allocation of every small request.
         # after every allocation of the start: what the worker holds before any request
         own = rss_bytes() if cfg.baseline_mb is None else int(cfg.baseline_mb * 2**20)
         self.cache.set_baseline(own + int(cfg.reserve_mb * 2**20))
@@ -581,24 +575,17 @@ def create_memory_app(cfg: MemoryFunctionConfig) -> Flask:
         out["http"] = timer.as_dict()
         return jsonify(out)
 
-    @app.post("/v1/graph")
-    def graph():
-        return encoded_frame_response(fn.graph_request(*read_frame()))
-
-    @app.post("/v1/aggregate")
-    def aggregate_():
-        tensors, params = read_frame()
+    def aggregate_(tensors: dict, params: dict) -> bytes:
         target = forward_target(params)
         if target is None:
-            return encoded_frame_response(fn.aggregate_request(tensors, params))
+            return fn.aggregate_request(tensors, params)
         url, layer, pre_next = target
         body = fn.aggregate_request(tensors, params, forward_layer=layer, pre_next=pre_next)
-        return encoded_frame_response(forwards.update(url, body))
+        return forwards.update(url, body)
 
-    @app.post("/v1/features")
-    def features():
-        return encoded_frame_response(fn.features_request(*read_frame()))
-
+    frame_route(app, "/v1/graph", fn.graph_request)
+    frame_route(app, "/v1/aggregate", aggregate_)
+    frame_route(app, "/v1/features", fn.features_request)
     return app
 
 

@@ -9,7 +9,12 @@ from gnn_faas.errors import Unavailable
 from gnn_faas.functions.aggregate import aggregate
 from gnn_faas.functions.feature_cache import CachePolicy, FeatureCache, measure_peak
 from gnn_faas.functions.memory_app import execute_aggregate, parse_aggregate
-from gnn_faas.functions.peak_predictor import PeakPredictor, RequestShape, bundled_predictor_path
+from gnn_faas.functions.peak_predictor import (
+    PeakPredictor,
+    RequestShape,
+    analytic_peak,
+    bundled_predictor_path,
+)
 from gnn_faas.storage.datasets import ensure_dataset
 from gnn_faas.storage.fetcher import KHopFetcher
 from gnn_faas.wire import decode_frame, encode_frame
@@ -297,3 +302,84 @@ def test_degree_normaliser_is_the_largest_degree_read_so_far():
     top = np.log1p(150)
     want = 1 + 0.5 * np.log1p(degree[[1, 2, 50]]) / top
     np.testing.assert_allclose(cache.value(np.array([1, 2, 50])), want, rtol=1e-6)
+
+
+def _call_of(cg, op: str, *, shipped: bool, partial: bool, rng) -> tuple[dict, dict]:
+    """Tensors and params of a layer-1 aggregate call over ``cg`` (rows loaded
+    through the cache, or ``h`` shipped in; GAT ships ``h`` with its heads)."""
+    block = cg.block(1)
+    src = cg.nodes[: block.num_src]
+    tensors = {"indptr": block.indptr, "indices": block.indices, "src_ids": src}
+    if op == "gcn":
+        tensors["deg_src"] = cg.in_degree[: block.num_src]
+    if op == "gat":
+        heads = 2
+        tensors["h"] = rng.standard_normal((src.size, heads, 16)).astype(np.float32)
+        tensors["alpha_src"] = rng.standard_normal((src.size, heads)).astype(np.float32)
+        tensors["alpha_dst"] = rng.standard_normal((block.num_dst, heads)).astype(np.float32)
+    elif shipped:
+        tensors["h"] = rng.standard_normal((src.size, 32)).astype(np.float32)
+    params = {"op": op, "num_dst": block.num_dst, "partial": partial, "return_root": not partial}
+    return tensors, params
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "gcn", "gin", "gat"])
+@pytest.mark.parametrize("shipped", [False, True])
+def test_the_closed_form_bound_covers_every_measured_peak(op, shipped, fetcher, features):
+    """A request runs untraced on the strength of ``analytic_peak``: it must bound
+    the whole call's measured allocations (decode, rows, Aggregate, the answer's
+    frame) for every op, shipped or loaded rows, partial or whole, small and
+    large requests."""
+    n, dim = features.shape
+    rng = np.random.default_rng(7)
+    for i, cg in request_stream(fetcher, 12, seed=5):
+        cache = FeatureCache(n, dim)
+        cache.set_capacity(0)  # every row a miss: the largest working set
+        tensors, params = _call_of(cg, op, shipped=shipped, partial=i % 2 == 1, rng=rng)
+        body = encode_frame(tensors, params)
+
+        def work(cache=cache, body=body):
+            call = parse_aggregate(*decode_frame(body))
+            rows = (
+                call.h
+                if call.h is not None
+                else cache.get_rows(call.src_ids, fetcher.read_features)
+            )
+            return encode_frame(execute_aggregate(call, rows)), call
+
+        (_, call), peak = measure_peak(work)
+        bound = analytic_peak(call.shape(dim))
+        assert 0 < peak <= bound, (op, shipped, i, peak, bound)
+
+
+def test_small_requests_run_untraced_and_account_their_bound(fetcher, features, degree):
+    """Under ``untraced_share`` a request is not traced (tracemalloc stays off while
+    it runs), the cache reserves and accounts its closed-form bound, and the
+    ceiling holds; a request over the share is traced; share 0 traces all."""
+    import tracemalloc
+
+    n, dim = features.shape
+    limit = 256 * 2**20
+    cache = FeatureCache(n, dim, degree=degree, limit_bytes=limit, baseline_bytes=2**20)
+    seen = []
+    for _, cg in request_stream(fetcher, 20, seed=2):
+        call, work = aggregate_work(cache, fetcher, cg)
+
+        def watched(work=work):
+            seen.append(tracemalloc.is_tracing())
+            return work()
+
+        cache.run(watched, call.shape(dim), pinned=call.src_ids)
+        bound = analytic_peak(call.shape(dim))
+        assert bound <= limit / 32 and cache.last_actual_peak == bound
+        assert cache.accounted_bytes(cache.last_actual_peak) <= limit
+        assert cache.rows <= (limit - 2**20 - bound) // (4 * dim)
+    assert not any(seen) and cache.stats.traced == 0 and cache.rows > 0
+
+    # a share of 0 (or a request larger than its share) is traced: the peak is measured
+    traced = FeatureCache(n, dim, limit_bytes=limit, policy=CachePolicy(untraced_share=0.0))
+    call, work = aggregate_work(traced, fetcher, next(request_stream(fetcher, 1))[1])
+    traced.run(work, call.shape(dim), pinned=call.src_ids)
+    assert traced.stats.traced == 1
+    assert 0 < traced.last_actual_peak < analytic_peak(call.shape(dim))
+    assert not tracemalloc.is_tracing()  # started for the request, stopped after it
