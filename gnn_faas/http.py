@@ -238,17 +238,20 @@ FRAME_ROUTES = "gnn_faas_frame_routes"
 FrameHandler = Callable[[dict, dict], "bytes | dict[str, Any]"]
 
 
-def frame_route(app: Flask, path: str, handler: FrameHandler) -> None:
+def frame_route(app: Flask, path: str, handler: FrameHandler, bounded: bool = True) -> None:
     """Serve ``POST path`` with ``handler(tensors, params)``, whose answer is an
     encoded frame (bytes) or the answer's tensors: as a Flask view (any body
-    :func:`read_frame` takes), and by :class:`FrameDispatcher` for frame bodies."""
+    :func:`read_frame` takes), and by :class:`FrameDispatcher` for frame bodies.
+    ``bounded``: the handler's work grows with its body (a small body is a
+    short call), so the server may run a small one on its event loop
+    (``functions/buffered_worker.py``)."""
 
     def view() -> Response:
         out = handler(*read_frame())
         return encoded_frame_response(out) if isinstance(out, bytes) else frame_response(out)
 
     app.add_url_rule(path, endpoint=f"frame:{path}", view_func=view, methods=["POST"])
-    app.extensions.setdefault(FRAME_ROUTES, {})[path] = handler
+    app.extensions.setdefault(FRAME_ROUTES, {})[path] = (handler, bounded)
 
 
 def _json_error(message: str) -> bytes:
@@ -266,7 +269,10 @@ class FrameDispatcher:
 
     def __init__(self, app: Flask):
         self.app = app
-        self.routes: dict[str, FrameHandler] = dict(app.extensions.get(FRAME_ROUTES, {}))
+        routes = app.extensions.get(FRAME_ROUTES, {})
+        self.routes: dict[str, FrameHandler] = {p: h for p, (h, _) in routes.items()}
+        # what a server may run on its event loop when small (frame_route's ``bounded``)
+        self.inline_paths = frozenset(p for p, (_, bounded) in routes.items() if bounded)
         self.timer: RequestTimer = app.extensions["gnn_faas_timer"]
         self.limit = int(app.config.get("MAX_CONTENT_LENGTH") or DEFAULT_MAX_BYTES)
 

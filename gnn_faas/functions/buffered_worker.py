@@ -34,6 +34,15 @@ response) and changes only who reads:
 - gunicorn's own parse errors (request line, header names) are written as JSON
   too (``gunicorn.util.write_error`` is replaced in the worker process only).
 
+- a small request (at most ``inline_max_bytes``) to a path the app declares
+  bounded by its body (``inline_paths``: the functions' frame endpoints, see
+  ``gnn_faas/http.py``) is handled on the event loop thread itself while no
+  request is in the thread pool: a function call on a small graph then costs
+  one thread wake-up instead of three (loop -> pool thread -> loop), which on
+  a loaded machine was a large part of its latency. Anything larger, any
+  other path, or a request arriving while another runs goes to the pool, so a
+  health check waits at most for one small request.
+
 An idle kept-alive connection costs one registered socket and an empty buffer;
 a reading one, its bytes so far. Writes are bounded by ``SO_SNDTIMEO``
 (``send_timeout_s``): a client that never reads its answer frees the thread.
@@ -77,6 +86,7 @@ import selectors
 import socket
 import struct
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
 
@@ -104,11 +114,13 @@ class FrontSettings:
     sweep_s: float = 0.25
     # after a request at least this large, hand freed heap back to the OS (0: never)
     trim_after_bytes: int = 0
+    # requests up to this size to the app's inline paths run on the event loop (0: never)
+    inline_max_bytes: int = 256 * 1024
 
 
 _settings = FrontSettings()
 # what the front refused or ended in this worker process (written by its event loop only)
-_counts = {"refused": 0, "timed_out": 0, "framing_errors": 0, "requests": 0}
+_counts = {"refused": 0, "timed_out": 0, "framing_errors": 0, "requests": 0, "inline": 0}
 
 
 def configure(settings: FrontSettings) -> None:
@@ -123,8 +135,8 @@ def settings() -> FrontSettings:
 
 def front_stats() -> dict:
     """This worker's front: connections refused over the cap, requests ended by a
-    deadline (408), framing errors answered (400/413/431), requests handed to the
-    thread pool; with the limits in force. Empty counts outside such a worker."""
+    deadline (408), framing errors answered (400/413/431), requests read whole
+    (``inline``: of them, those handled on the event loop); with the limits in force. Empty counts outside such a worker."""
     return {**_counts, "max_connections": _settings.max_connections,
             "header_timeout_s": _settings.header_timeout_s,
             "body_timeout_s": _settings.body_timeout_s,
@@ -283,6 +295,8 @@ class BufferedWorker(ThreadWorker):
         self.front = settings()
         self.reading: dict[BufferedConn, None] = {}
         self._last_sweep = 0.0
+        self._in_pool = 0  # requests handed to the thread pool and not finished
+        self._inline_paths: frozenset[bytes] | None = None
 
     def init_process(self):
         util.write_error = _write_error_json  # this worker process only
@@ -411,11 +425,33 @@ class BufferedWorker(ThreadWorker):
             del conn.buf[:need]
         conn.request_bytes = need
         _counts["requests"] += 1
+        inline = self._inline(data)
         conn.parser = http.get_parser(self.cfg, MemorySource(data), conn.client)
         del data
         conn.reset()
         conn.sock.setblocking(True)
+        if inline:
+            _counts["inline"] += 1
+            keep = self.handle(conn)  # handle() answers every error itself
+            done: Future = Future()
+            done.set_result(keep)
+            self.finish_request(conn, done)
+            return
+        self._in_pool += 1
+        conn.in_pool = True
         self.enqueue_req(conn)
+
+    def _inline(self, data: bytes) -> bool:
+        """Whether a complete request is handled on this thread (module docstring)."""
+        if self._in_pool or len(data) > self.front.inline_max_bytes:
+            return False
+        if self._inline_paths is None:
+            paths = getattr(self.wsgi, "inline_paths", ())
+            self._inline_paths = frozenset(p.encode() for p in paths)
+        if not self._inline_paths:
+            return False
+        line = data[: data.find(b"\r\n")].split(b" ")
+        return len(line) == 3 and line[1].split(b"?")[0] in self._inline_paths
 
     def _answer_and_close(self, conn: BufferedConn, status: int, message: str) -> None:
         with contextlib.suppress(OSError):
@@ -460,7 +496,10 @@ class BufferedWorker(ThreadWorker):
             malloc_trim()
 
     def finish_request(self, conn, fs):
-        """Main thread, after a pool thread answered: back to reading, or close."""
+        """Main thread, after a request was answered: back to reading, or close."""
+        if getattr(conn, "in_pool", False):
+            conn.in_pool = False
+            self._in_pool -= 1
         try:
             keep = bool(fs.result()) if not fs.cancelled() else False
         except Exception:

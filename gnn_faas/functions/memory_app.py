@@ -583,7 +583,7 @@ def create_memory_app(cfg: MemoryFunctionConfig) -> Flask:
         body = fn.aggregate_request(tensors, params, forward_layer=layer, pre_next=pre_next)
         return forwards.update(url, body)
 
-    frame_route(app, "/v1/graph", fn.graph_request)
+    frame_route(app, "/v1/graph", fn.graph_request, bounded=False)  # hops grow it, not the body
     frame_route(app, "/v1/aggregate", aggregate_)
     frame_route(app, "/v1/features", fn.features_request)
     return app

@@ -6,13 +6,40 @@ from __future__ import annotations
 
 import sys
 
+INLINE_MAX = 4096  # the front's inline_max_bytes here
+
 
 def factory():
+    import threading
+
+    import numpy as np
     from flask import Flask, jsonify, request
 
-    from gnn_faas.http import install
+    from gnn_faas.http import frame_route, install
 
     app = install(Flask("front-test"), max_content_length=int(sys.argv[4]))
+    held, release = threading.Event(), threading.Event()
+
+    def where(tensors: dict, params: dict) -> dict:
+        """Which thread served the call: 1 for the event loop's (the main thread)."""
+        main = threading.current_thread() is threading.main_thread()
+        return {"main": np.array([int(main)], np.int64)}
+
+    frame_route(app, "/where", where)
+
+    @app.get("/hold")
+    def hold():  # a request that stays in the thread pool until /release
+        held.set()
+        return jsonify({"released": release.wait(60)})
+
+    @app.get("/held")
+    def is_held():
+        return jsonify({"held": held.is_set()})
+
+    @app.get("/release")
+    def release_():
+        release.set()
+        return jsonify({"ok": True})
 
     @app.post("/echo")
     def echo():
@@ -50,6 +77,7 @@ def main() -> int:
         keepalive_s=float(timeout_s),
         max_body_bytes=int(max_body),
         sweep_s=0.1,
+        inline_max_bytes=INLINE_MAX,
     )
     config = ServerConfig(role="front-test", threads=int(threads), front=front, worker_class=worker)
     return serve(factory, config)

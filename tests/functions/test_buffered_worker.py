@@ -16,12 +16,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 import requests
 
 from gnn_faas.functions.buffered_worker import FramingError, parse_head, scan_chunks
+from gnn_faas.wire import FRAME_MIME, decode_frame, encode_frame
+from tests.functions.front_app import INLINE_MAX
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -238,6 +242,31 @@ def test_a_non_finite_answer_is_a_json_500_never_nan(server):
     r = requests.get(f"http://{server[0]}:{server[1]}/nan", timeout=20)
     assert r.status_code == 500
     assert "NaN" not in r.text and r.json()["error"].startswith("internal error")
+
+
+def _served_on_the_loop(base: str, padding: int = 0) -> bool:
+    body = encode_frame({"pad": np.zeros(padding, np.uint8)})
+    r = requests.post(f"{base}/where", data=body, headers={"Content-Type": FRAME_MIME}, timeout=20)
+    assert r.ok, r.text
+    return bool(decode_frame(r.content)[0]["main"][0])
+
+
+def test_small_bounded_calls_run_on_the_event_loop_unless_the_pool_is_busy(server):
+    base = f"http://{server[0]}:{server[1]}"
+    assert _served_on_the_loop(base)  # small, an inline path, nothing in the pool
+    assert not _served_on_the_loop(base, padding=INLINE_MAX)  # too large: a pool thread
+    held = ThreadPoolExecutor(1).submit(requests.get, f"{base}/hold", timeout=60)
+    deadline = time.monotonic() + 30
+    while not requests.get(f"{base}/held", timeout=20).json()["held"]:
+        assert time.monotonic() < deadline, "the held request never started"
+        time.sleep(0.02)
+    # a request is in the pool: the loop hands this one on too (a health check
+    # may wait behind one small call at most, never behind a long one)
+    assert not _served_on_the_loop(base)
+    requests.get(f"{base}/release", timeout=20)
+    assert held.result(timeout=60).json() == {"released": True}
+    assert _served_on_the_loop(base)
+    assert requests.get(f"{base}/front", timeout=20).json()["inline"] >= 2
 
 
 def test_the_front_counts_what_it_refused(server):
