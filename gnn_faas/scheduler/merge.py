@@ -71,6 +71,11 @@ def merge_computation_graphs(cgs: Sequence[ComputationGraph]) -> MergedGraph:
     """
     if len(cgs) == 0:
         raise InvalidRequest("nothing to merge: no computation graphs")
+    if len(cgs) == 1:  # already in the fetcher's numbering: the merge is the graph itself
+        cg = cgs[0]
+        rows = cg.aggregated_rows()
+        return MergedGraph(graph=cg, request_rows=[cg.target_index], separate_rows=rows,
+                           merged_rows=rows)  # fmt: skip
     num_layers = cgs[0].num_layers
     if any(cg.num_layers != num_layers for cg in cgs):
         raise InvalidRequest(

@@ -43,14 +43,19 @@ def compact_rows(block: Block, start: int, stop: int) -> tuple[Block, np.ndarray
     ``r`` is source ``r``), then the other sources, sorted.
     """
     lo, hi = int(block.indptr[start]), int(block.indptr[stop])
-    cols = block.indices[lo:hi]
-    own = np.arange(start, stop, dtype=np.int64)
-    others = np.setdiff1d(np.unique(cols), own, assume_unique=True)
-    src_sel = np.concatenate((own, others))
-    order = np.argsort(src_sel, kind="stable")
-    local = order[np.searchsorted(src_sel, cols, sorter=order)]
+    cols = np.asarray(block.indices[lo:hi], dtype=np.int64)
     indptr = (block.indptr[start : stop + 1] - lo).astype(np.int64)
-    return Block(stop - start, int(src_sel.size), indptr, local.astype(np.int64)), src_sel
+    # one mask over the block's sources instead of sorting the columns
+    used = np.zeros(block.num_src, dtype=bool)
+    used[cols] = True
+    used[start:stop] = False
+    others = np.flatnonzero(used)
+    if start == 0 and others.size == block.num_src - stop:  # every source, in order
+        return Block(stop, block.num_src, indptr, cols), np.arange(block.num_src, dtype=np.int64)
+    src_sel = np.concatenate((np.arange(start, stop, dtype=np.int64), others))
+    position = np.empty(block.num_src, dtype=np.int64)
+    position[src_sel] = np.arange(src_sel.size, dtype=np.int64)
+    return Block(stop - start, int(src_sel.size), indptr, position[cols]), src_sel
 
 
 @dataclass

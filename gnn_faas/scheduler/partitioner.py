@@ -16,7 +16,9 @@ from the first occurrence of each column in the part's window (``np.unique``
 ``return_index``), never a loop per row or edge. The window is bounded by how
 many rows and edges the budget can hold at all, so the total work is
 ``O(E log E)``. A row that alone exceeds the budget becomes its own part and is
-flagged in :attr:`LayerPartition.oversized`.
+flagged in :attr:`LayerPartition.oversized`. A layer that fits whole, counted
+as reading every one of its sources, is one part without the scan (a lone
+request's layer, usually).
 """
 
 from __future__ import annotations
@@ -88,6 +90,11 @@ def partition_layer(
     max_rows = n if per_row == 0 else max(1, free // per_row)
     max_edges = max(0, free // EDGE_BYTES)
 
+    # a layer that fits whole (counted as reading every source) is one part: no window scan
+    whole = int(memory_function_bytes(block.num_src, indptr[n] - indptr[0], n, row_bytes_in,
+                                      row_bytes_out, runtime_bytes))  # fmt: skip
+    if n and whole <= budget_bytes:
+        return LayerPartition([(0, n)], [whole])
     parts, memory, oversized = [], [], []
     a = 0
     while a < n:

@@ -116,6 +116,32 @@ def test_compact_rows_keeps_own_rows_first_and_only_used_sources():
     assert np.diff(sub.indptr).tolist() == [2, 1, 2]
 
 
+def test_compact_rows_on_random_blocks_and_ranges():
+    """Own rows first, then every other source the rows read, once and sorted; the
+    edges unchanged in block ids; the whole block of a fetch (every source
+    read) is itself."""
+    rng = np.random.default_rng(4)
+    for _ in range(200):
+        n_dst = int(rng.integers(1, 12))
+        n_src = n_dst + int(rng.integers(0, 15))
+        deg = rng.integers(0, 5, n_dst)
+        indptr = np.concatenate(([0], np.cumsum(deg))).astype(np.int64)
+        indices = rng.integers(0, n_src, int(indptr[-1])).astype(np.int64)
+        block = Block(n_dst, n_src, indptr, indices)
+        a = int(rng.integers(0, n_dst))
+        b = int(rng.integers(a + 1, n_dst + 1))
+        sub, sel = compact_rows(block, a, b)
+        cols = indices[indptr[a] : indptr[b]]
+        others = sorted(set(cols.tolist()) - set(range(a, b)))
+        assert sel.tolist() == list(range(a, b)) + others
+        assert sub.num_dst == b - a and sub.num_src == sel.size
+        assert sel[sub.indices].tolist() == cols.tolist()
+        assert sub.indptr.tolist() == (indptr[a : b + 1] - indptr[a]).tolist()
+    whole = Block(2, 4, np.array([0, 2, 3]), np.array([3, 2, 0]))
+    sub, sel = compact_rows(whole, 0, 2)
+    assert sel.tolist() == [0, 1, 2, 3] and sub.indices.tolist() == [3, 2, 0]
+
+
 @pytest.mark.parametrize("name", ["gcn", "sage-mean", "gat"])
 def test_partitioned_pipelined_run_equals_run_layers(tmp_path, name):
     fetcher = cora_fetcher(tmp_path / "store")
