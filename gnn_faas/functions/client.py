@@ -1,7 +1,8 @@
 """HTTP clients of the memory and compute functions, and the HTTP transport.
 
 :class:`MemoryClient` and :class:`ComputeClient` speak the functions' frame
-protocol over a pool of persistent connections (:mod:`urllib3`). A remote error
+protocol over a pool of persistent connections
+(:mod:`gnn_faas.functions.keepalive_http`; :mod:`urllib3` for ``https``). A remote error
 (``{"error": ...}`` with a status) is raised again here as the matching
 :class:`~gnn_faas.errors.GnnFaasError` subclass (400 -> InvalidRequest,
 413 -> PayloadTooLarge, 404 -> NotFound, 503 -> Unavailable, ...); a refused
@@ -29,6 +30,7 @@ import urllib3
 from requests.adapters import HTTPAdapter
 
 from gnn_faas import errors, request_id
+from gnn_faas.functions.keepalive_http import KeepAlivePool
 from gnn_faas.functions.layer_plan import LayerStep
 from gnn_faas.storage.computation_graph import Block, ComputationGraph, cg_from_tensors
 from gnn_faas.wire import FRAME_MIME, JSON_MIME, decode_frame, encode_frame
@@ -130,11 +132,12 @@ class FunctionClient:
     """Shared plumbing: frames and JSON over persistent connections. The timing
     of the calling thread's last frame call is :meth:`last_timing`.
 
-    Calls go through a :mod:`urllib3` connection pool of ``pool_size`` kept-alive
-    connections to ``base_url`` (size it to the threads that call through it).
-    urllib3 directly, not :mod:`requests` on top of it: a call costs about
-    0.7 ms less (no per-call environment, proxy and netrc lookups, no
-    request preparation), and a lone request makes four of them. ``session``:
+    Calls go through a pool of ``pool_size`` kept-alive connections to
+    ``base_url`` (size it to the threads that call through it): for ``http://``
+    the lean client of :mod:`gnn_faas.functions.keepalive_http` (its docstring
+    has the figures), for ``https://`` :mod:`urllib3`; not :mod:`requests`,
+    which costs about 0.7 ms more per call (per-call environment, proxy and
+    netrc lookups, request preparation), and a lone request makes four calls. ``session``:
     send through this :class:`requests.Session` instead (custom adapters,
     auth, proxies; the tests mount in-process apps on one)."""
 
@@ -151,17 +154,24 @@ class FunctionClient:
         self.session = session
         self.timeout = timeout
         self._pool: urllib3.connectionpool.HTTPConnectionPool | None = None
+        self._lean: KeepAlivePool | None = None
         if session is None:
-            self._prefix = urllib3.util.parse_url(self.base_url).path or ""
-            self._pool = urllib3.connection_from_url(
-                self.base_url, maxsize=max(int(pool_size), 1), block=False
-            )
+            url = urllib3.util.parse_url(self.base_url)
+            self._prefix = url.path or ""
+            if url.scheme == "http" and url.host:
+                self._lean = KeepAlivePool(url.host, url.port or 80, maxsize=pool_size)
+            else:
+                self._pool = urllib3.connection_from_url(
+                    self.base_url, maxsize=max(int(pool_size), 1), block=False
+                )
         self._timing = threading.local()
 
     def last_timing(self) -> CallTiming | None:
         return getattr(self._timing, "last", None)
 
     def close(self) -> None:
+        if self._lean is not None:
+            self._lean.close()
         if self._pool is not None:
             self._pool.close()
         if self.session is not None:
@@ -191,6 +201,12 @@ class FunctionClient:
 
     def _send(self, method: str, path: str, body: bytes | None, headers: dict) -> Reply:
         timeout = self._call_timeout()
+        if self._lean is not None:
+            try:
+                r = self._lean.request(method, self._prefix + path, body, headers, timeout)
+            except OSError as exc:  # refused, reset, timed out, or not HTTP we read
+                raise self._unreachable(exc) from None
+            return Reply(r.status, r.headers, r.data)
         if self._pool is None:
             assert self.session is not None
             try:
