@@ -39,7 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=("none", "rcm", "bfs", "degree", "community"),
         default="none",
         help="renumber stored vertices as 'ingest --reorder' does (bfs: fewest storage "
-        "requests per k-hop fetch); requests keep the dataset's ids",
+        "requests per k-hop fetch on Bitcoin OTC; community: on graphs with communities); "
+        "requests keep the dataset's ids",
     )
     pr.add_argument(
         "--metrics",
