@@ -40,7 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=("none", "rcm", "bfs", "degree", "community"),
         default="none",
         help="renumber stored vertices so k-hop neighbourhoods span fewer contiguous ranges "
-        "(bfs recommended: fewest ranges per 2-hop neighbourhood on the graphs measured); "
+        "(bfs: fewest on graphs with local neighbourhoods; community: Louvain communities, "
+        "fewest on graphs with communities); "
         "requests and answers keep the ids of the graph without renumbering",
     )
     p.add_argument(

@@ -13,10 +13,13 @@ ones. Orders (``ingest --reorder``):
   connected component (largest components first).
 - ``degree``: decreasing total degree (hubs, which are in most neighbourhoods,
   share a few ranges at the front).
-- ``community``: communities found by label propagation on the symmetrised
-  pattern (:func:`communities`), one after the other (largest first), each by
-  decreasing degree: a neighbourhood mostly lies in its vertex's community,
-  and there the hubs, which most neighbourhoods include, share one range.
+- ``community``: communities found by Louvain's modularity optimisation on
+  the symmetrised pattern (:func:`communities`), one after the other (largest
+  first); in each, its top ``HUB_SHARE`` by degree first, by decreasing
+  degree, then the rest in bfs order (:func:`community_order`): a
+  neighbourhood mostly lies in its vertex's community, there the hubs, which
+  most neighbourhoods include, share a few ranges, and the rest keeps the
+  locality bfs finds.
 - ``none``: the ids as ingested.
 
 :func:`ranges_per_neighbourhood` measures an order: the number of contiguous
@@ -30,7 +33,23 @@ neighbourhood of 200 random vertices (none / rcm / bfs / degree):
 
 ``bfs`` gives the fewest ranges on the two real graphs (-36%, -64%) and is
 within 2% of ``rcm`` on the synthetic ones (whose Chung-Lu edges have little
-locality to find): ``bfs`` is the recommended order.
+locality to find): ``bfs`` is the recommended order for graphs without
+communities. Storage GETs of a 2-hop fetch (request order, planned with
+moto's constants under the fetch-wide byte budget; README "Storage requests
+are a cost"): Bitcoin OTC 45.9 with ``bfs``, 53.9 with ``community``;
+full-size higgs-twitter-like (8 planted communities) 8,289 with ``bfs``,
+5,578 with ``community``.
+
+``HUB_SHARE`` (0.2) was picked on those two graphs: the share of each
+community laid out by degree before the bfs rest, against GETs per query
+(Bitcoin OTC, 50 queries / higgs-twitter-like, 20; one set of communities
+each, found by the same algorithm with other random draws, hence 52.7 for
+Bitcoin OTC at 0.2): 0 (bfs inside) 48.0 /
+6,518; 0.05: 48.0 / 5,963; 0.1: 49.1 / 5,769; 0.2: 52.7 / 5,578; 0.3: - /
+5,501; 0.4: - / 5,473; 0.5: 72.1 / -; 1 (degree alone) 98.8 / 5,724. A
+Chung-Lu graph's neighbourhoods reach a vertex about in proportion to its
+degree, so by degree its rows needed by a query crowd at the front of the
+community; a real graph's neighbourhoods are local, which bfs keeps.
 
 Ids in requests and answers stay the user's: the store keeps ``user_ids.bin``
 (int64 ``[n]``: the user id of each stored vertex, i.e. the id the vertex
@@ -48,10 +67,17 @@ from scipy.sparse import csgraph
 from gnn_faas.errors import InvalidRequest
 
 REORDERS = ("none", "rcm", "bfs", "degree", "community")
-# label propagation: rounds at most, and the share of vertices whose change
-# still counts as movement (below it the labels have settled)
-LPA_ROUNDS = 30
-LPA_SETTLED = 1e-3
+# Louvain (communities): levels at most, rounds of moves per level at most,
+# the share of a level's vertices whose move still counts as movement (below
+# it the level has settled), the share of the vertices that would gain that
+# move in one round, and the edges scored at once (bounds the temporaries)
+LOUVAIN_LEVELS = 32
+LOUVAIN_ROUNDS = 50
+LOUVAIN_SETTLED = 1e-3
+MOVE_SHARE = 0.5
+SCORE_BLOCK = 1 << 21
+# community order: the share of each community laid out by degree before the rest
+HUB_SHARE = 0.2
 
 
 def _pattern(indptr: np.ndarray, indices: np.ndarray, n: int) -> sp.csr_matrix:
@@ -78,52 +104,178 @@ def reorder_permutation(indptr: np.ndarray, indices: np.ndarray, method: str) ->
         return np.argsort(-deg, kind="stable").astype(np.int64)
     s = _symmetric(a)
     if method == "community":
-        comm = communities(s)
-        size = np.bincount(comm)
-        deg = np.diff(s.indptr)
-        return np.lexsort((-deg, comm, -size[comm])).astype(np.int64)
+        w, loops = _weighted(s)  # float64 CSR: also what csgraph's BFS takes without a copy
+        del s
+        return community_order(w, _louvain(w, loops))
     if method == "rcm":
         return csgraph.reverse_cuthill_mckee(s, symmetric_mode=True).astype(np.int64)
     return _bfs_order(s)
 
 
 def communities(s: sp.csr_matrix, seed: int = 0) -> np.ndarray:
-    """Community of each vertex of the symmetric pattern ``s``, by label propagation.
+    """Community of each vertex of the symmetric pattern ``s`` (ids ``0..C-1``).
 
-    Every vertex starts in its own community; each round, a random half of
-    the vertices (semi-synchronous: a synchronous round oscillates on
-    two-coloured structures) take the label most frequent among their
-    neighbours, ties broken at random, until fewer than ``LPA_SETTLED`` of the
-    vertices change or ``LPA_ROUNDS`` rounds. A round counts (vertex, label)
-    pairs by one sort of the edge list (``np.unique``), never a loop per
-    vertex. Raghavan, Albert and Kumara (2007), near-linear time. Measured
-    on planted partitions (homophily 0.8, 8 communities): at higgs-twitter-like
-    ``--scale 0.01`` it finds them with purity >= 0.8 (tested); at full size
-    hubs, which neighbour every community, carry one label into several (3 of
-    the 8 found, 5 merged, purity 0.50), still enough to cut the storage
-    requests of a 2-hop fetch by 18% against bfs (README). Votes weighted by
-    ``1 / deg`` found all 8 at the small scale but split the full-size graph
-    into 46,756 communities of at most 57 vertices (more requests than bfs):
-    the votes stay unweighted.
+    Louvain's modularity optimisation (Blondel, Guillaume, Lambiotte and
+    Lefebvre 2008) on whole arrays. A level moves vertices between
+    communities to raise the modularity
+    ``Q = sum_c [in_c / 2m - (vol_c / 2m)^2]``, then merges each community into
+    one vertex (edge weights summed, internal edges a self loop) and starts
+    again, until a level merges nothing. Moving ``i`` into community ``c``
+    changes ``Q`` by ``(k_ic - k_i vol_c / 2m) / m`` up to a term of its own
+    community (``k_ic``: weight of ``i``'s edges into ``c``; ``k_i``, ``vol_c``:
+    degrees): the penalty ``k_i vol_c / 2m`` is what plain label propagation
+    lacks. There a label is adopted by counting neighbours, so a hub, whose
+    neighbours lie in every community, carries one label into all of them:
+    on full-size higgs-twitter-like (8 planted communities, homophily 0.8)
+    unweighted votes merged 5 of the 8 (purity 0.50), and votes weighted
+    ``1 / deg``, which stop the hubs, split it into 46,756 communities of at
+    most 57 vertices. A community that spans two planted ones pays for the
+    volume of both, so the hubs cannot merge them; and merging levels lift
+    the small groups the first level forms into the communities they belong
+    to. Measured there: all 8 found, purity 1.0, the planted partition's
+    modularity (0.683), in about a minute.
+
+    A round scores, for every vertex at once, each community its neighbours
+    are in (one sort of the edge list's (vertex, community) pairs, a block of
+    ``SCORE_BLOCK`` edges at a time so the temporaries stay bounded), and a
+    random ``MOVE_SHARE`` of the vertices that gain move (all moving at once,
+    each planning with the others' old communities, oscillates; ties are
+    broken at random). A level ends when fewer than ``LOUVAIN_SETTLED`` of its
+    vertices move, or after ``LOUVAIN_ROUNDS`` rounds. Seeded: the same graph
+    and seed give the same communities.
     """
-    n = s.shape[0]
+    return _louvain(*_weighted(s), seed=seed)
+
+
+def _louvain(w: sp.csr_matrix, loops: np.ndarray, seed: int = 0) -> np.ndarray:
+    """:func:`communities` of the weighted graph ``w`` (no diagonal) with self loops ``loops``."""
+    n = w.shape[0]
     rng = np.random.default_rng(seed)
+    member = np.arange(n, dtype=np.int64)
+    for _ in range(LOUVAIN_LEVELS):  # a loop over levels, each on whole arrays
+        labels = _local_moves(w, loops, rng)
+        size = int(labels.max()) + 1 if labels.size else 0
+        if size == w.shape[0]:
+            break
+        member = labels[member]
+        w, loops = _merge(w, loops, labels, size)
+    return np.unique(member, return_inverse=True)[1].astype(np.int64)
+
+
+def _local_moves(w: sp.csr_matrix, loops: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One Louvain level: every vertex of ``w`` (weighted, no diagonal; its
+    self-loop weights in ``loops``) starts alone; rounds move the vertices that
+    gain modularity (a random ``MOVE_SHARE`` of them). Compact labels."""
+    n = w.shape[0]
+    k = np.asarray(w.sum(axis=1)).ravel() + loops
+    two_m = float(k.sum())
     labels = np.arange(n, dtype=np.int64)
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(s.indptr))
-    cols = np.asarray(s.indices, dtype=np.int64)
-    for _ in range(LPA_ROUNDS):  # a loop over rounds, each on whole arrays
-        pairs, counts = np.unique(rows * n + labels[cols], return_counts=True)
-        r, lab = pairs // n, pairs % n
-        order = np.lexsort((rng.random(r.size), -counts, r))
-        best = order[np.concatenate(([True], r[order][1:] != r[order][:-1]))]
-        move = best[rng.random(best.size) < 0.5]
-        new = labels.copy()
-        new[r[move]] = lab[move]
-        changed = int(np.count_nonzero(new != labels))
-        labels = new
-        if changed < LPA_SETTLED * n:
+    if two_m == 0:
+        return labels
+    for _ in range(LOUVAIN_ROUNDS):  # a loop over rounds, each on whole arrays
+        vol = np.bincount(labels, weights=k, minlength=n)
+        best, gain = _best_moves(w, k, labels, vol, two_m, rng)
+        # weights are whole numbers at the first level and sums of them after:
+        # a real gain is at least 1 / 2m, below it is rounding or a tie
+        movers = np.flatnonzero((best != labels) & (gain > 0.5 / two_m))
+        movers = movers[rng.random(movers.size) < MOVE_SHARE]
+        labels[movers] = best[movers]
+        if movers.size < LOUVAIN_SETTLED * n:
             break
     return np.unique(labels, return_inverse=True)[1].astype(np.int64)
+
+
+def _best_moves(
+    w: sp.csr_matrix,
+    k: np.ndarray,
+    labels: np.ndarray,
+    vol: np.ndarray,
+    two_m: float,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per vertex: the community of its neighbours that scores highest
+    (``k_ic - k_i vol_c / 2m``, its own community without itself), and how much
+    that beats staying. Scored a block of about ``SCORE_BLOCK`` edges at a time."""
+    n = w.shape[0]
+    best = labels.copy()
+    gain = np.zeros(n)
+    at = np.searchsorted(w.indptr, np.arange(SCORE_BLOCK, w.nnz, SCORE_BLOCK))
+    cuts = np.unique(np.concatenate(([0], at, [n])))  # rows whole
+    for r0, r1 in zip(cuts[:-1].tolist(), cuts[1:].tolist()):  # a loop over blocks of rows
+        lo, hi = w.indptr[r0], w.indptr[r1]
+        # copies: sum_duplicates sorts and compacts the arrays it is given in place
+        m = sp.csr_matrix(
+            (w.data[lo:hi].copy(), labels[w.indices[lo:hi]], w.indptr[r0 : r1 + 1] - lo),
+            shape=(r1 - r0, n),
+        )
+        m.sum_duplicates()
+        rows = np.repeat(np.arange(r0, r1), np.diff(m.indptr))
+        own = m.indices == labels[rows]
+        kr = k[rows]
+        score = m.data - kr * (vol[m.indices] - np.where(own, kr, 0.0)) / two_m
+        stay = -k[r0:r1] * (vol[labels[r0:r1]] - k[r0:r1]) / two_m
+        stay[rows[own] - r0] = score[own]
+        # ties at random: the noise is below any real difference (1 / 2m)
+        noisy = score + rng.random(score.size) * (0.25 / two_m)
+        full = np.flatnonzero(np.diff(m.indptr))
+        if full.size == 0:
+            continue
+        top = np.maximum.reduceat(noisy, m.indptr[full])
+        at = np.flatnonzero(noisy == np.repeat(top, np.diff(m.indptr)[full]))
+        first = at[np.concatenate(([True], rows[at][1:] != rows[at][:-1]))]
+        best[rows[first]] = m.indices[first]
+        gain[rows[first]] = score[first] - stay[rows[first] - r0]
+    return best, gain
+
+
+def _weighted(s: sp.csr_matrix) -> tuple[sp.csr_matrix, np.ndarray]:
+    """The symmetric pattern ``s`` as a weighted graph (weight 1 an edge, float64)
+    without its diagonal, and each vertex's self loops (built from the CSR
+    arrays: no copy of the edge list as coordinates)."""
+    n = s.shape[0]
+    counts = np.diff(s.indptr)
+    on = s.indices == np.repeat(np.arange(n, dtype=s.indices.dtype), counts)
+    loops = (s.diagonal() != 0).astype(np.float64)  # a pattern: no duplicates
+    off = ~on
+    indptr = np.concatenate(([0], np.cumsum(counts - loops.astype(np.int64))))
+    w = sp.csr_matrix((np.ones(indptr[-1]), s.indices[off], indptr), shape=(n, n))
+    return w, loops
+
+
+def _merge(
+    w: sp.csr_matrix, loops: np.ndarray, labels: np.ndarray, size: int
+) -> tuple[sp.csr_matrix, np.ndarray]:
+    """The graph of the communities ``labels`` of ``w``: the weights between two
+    communities summed (``C^T W C``, ``C`` the membership matrix: sparse
+    products, never the edge list as coordinates), the weight inside each
+    (both directions, as modularity counts it) plus its members' self loops
+    as its self loop."""
+    n = w.shape[0]
+    c = sp.csr_matrix((np.ones(n), labels, np.arange(n + 1)), shape=(n, size))
+    a = (c.T @ (w @ c)).tocsr()
+    inner = a.diagonal() + np.bincount(labels, weights=loops, minlength=size)
+    rows = np.repeat(np.arange(size), np.diff(a.indptr))
+    off = a.indices != rows
+    indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[off], minlength=size))))
+    return sp.csr_matrix((a.data[off], a.indices[off], indptr), shape=(size, size)), inner
+
+
+def community_order(s: sp.csr_matrix, comm: np.ndarray) -> np.ndarray:
+    """Communities ``comm`` of the symmetric graph ``s`` one after another
+    (largest first); in each, its ``HUB_SHARE`` highest-degree vertices first by
+    decreasing degree, then the others in breadth-first order (their places in
+    :func:`_bfs_order` of the whole graph)."""
+    n = s.shape[0]
+    size = np.bincount(comm)
+    deg = np.diff(s.indptr)
+    by_deg = np.lexsort((-deg, comm))
+    first = np.searchsorted(comm[by_deg], np.arange(size.size))
+    rank = np.empty(n, np.int64)  # rank of each vertex's degree in its community
+    rank[by_deg] = np.arange(n) - first[comm[by_deg]]
+    hub = rank < HUB_SHARE * size[comm]
+    bfs = np.empty(n, np.int64)
+    bfs[_bfs_order(s)] = np.arange(n)
+    return np.lexsort((np.where(hub, -deg, bfs), ~hub, comm, -size[comm])).astype(np.int64)
 
 
 def _bfs_order(s: sp.csr_matrix) -> np.ndarray:
