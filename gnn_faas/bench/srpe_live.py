@@ -23,7 +23,9 @@ the execution touched, whatever the cache held); ``memory_bytes_p50``, what
 they read from the store for them (cache misses only, so it falls as the
 cache warms); ``state_rows_p50`` / ``state_bytes_p50``, the stored states
 they read; ``gateway_bytes_p50``, what the gateway read (the SRPE or k-hop
-graph's structure and the boundary's stored embeddings). Answers are
+graph's structure and the boundary's stored embeddings); ``breakdown_ms``,
+the median of the first runs' ``breakdown_ms`` (parse, graph, execute, and
+per kind of function call its transport, (de)serialisation and work). Answers are
 compared with exact serving's (``agreement_with_exact``,
 ``rel_error_mean``) and, for the state setting, with the neighbourhood one's
 (``rel_error_vs_neighbourhood``: the same aggregate computed two ways).
@@ -149,6 +151,8 @@ def serve_all(stack, session, bodies: list[dict], names: list[str], repeat: int)
 
 def figures(g: dict, exact: dict | None, truth: np.ndarray | None) -> dict[str, Any]:
     """One setting's figures (beside exact serving's, when given)."""
+    from gnn_faas.bench.e2e import median_breakdown
+
     scores = np.stack(g["scores"])
     pred = scores.argmax(1)
     p50 = float(np.median(g["client_s"]) * 1e3)
@@ -161,6 +165,7 @@ def figures(g: dict, exact: dict | None, truth: np.ndarray | None) -> dict[str, 
         out[f"{key}_p50"] = float(np.median([r[key] for r in g["reads"]]))
     if truth is not None:
         out["accuracy"] = float((pred == truth).mean())
+    out["breakdown_ms"] = median_breakdown(g["params"])  # of the first runs
     srpe = [p for p in g["params"] if "recomputed" in p]
     if srpe:
         out["recomputed_mean"] = float(np.mean([p["recomputed"] for p in srpe]))

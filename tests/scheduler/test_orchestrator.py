@@ -245,12 +245,14 @@ def test_new_vertices_and_srpe_through_the_orchestrator(tmp_path, name):
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("forward", [False, True], ids=["apart", "forwarded"])
 @pytest.mark.parametrize("name", ["gcn", "sage-mean", "sage-max", "gin"])
-def test_srpe_from_stored_states_through_the_orchestrator(tmp_path, name):
+def test_srpe_from_stored_states_through_the_orchestrator(tmp_path, name, forward):
     """Layer 1 of an SRPE graph built from stored states, cut into partitions
     that mix queries and recomputed candidates: the real memory function reads
     each recomputed candidate's state row once and adds the request's changed
-    terms; the answers equal the in-process path's (run_layers with states)."""
+    terms; the answers equal the in-process path's (run_layers with states),
+    with Update called apart or through the memory function (forwarded)."""
     from gnn_faas.functions.checkpoint import checkpoint_sha256
     from gnn_faas.functions.memory_app import MemoryFunction, MemoryFunctionConfig
     from gnn_faas.functions.precompute import precompute
@@ -272,12 +274,14 @@ def test_srpe_from_stored_states_through_the_orchestrator(tmp_path, name):
     fn = MemoryFunction(
         MemoryFunctionConfig(store=f"file://{tmp_path / 'store'}", graph="cora", memory_mb=16384)
     )
-    clients = InProcessClients(
-        RealMemoryFunction(fn), InProcessCompute(update, [], threading.Event())
-    )
+    compute = InProcessCompute(update, [], threading.Event())
+    memory = RealMemoryFunction(fn)
+    if forward:
+        memory = ForwardingMemory(memory, {"inproc://c": compute})
     orch = Orchestrator(
-        plan, InProcessPool("m", 1), InProcessPool("c"), budget_bytes=96 * 1024, clients=clients
-    )
+        plan, InProcessPool("m", 1), InProcessPool("c"), budget_bytes=96 * 1024,
+        clients=InProcessClients(memory, compute), forward=forward,
+    )  # fmt: skip
     targets = np.array([N, last, N + 2, 17, 1200])
     tr = LocalTransport(fetcher, update, overlay=ov)
     for budget in (1.0, 0.3):
@@ -292,6 +296,9 @@ def test_srpe_from_stored_states_through_the_orchestrator(tmp_path, name):
         assert after["reexecutions"] == before["reexecutions"]
         assert after["state_rows_read"] - before["state_rows_read"] == sg.recomputed.size > 0
         assert after["state_bytes_read"] > before["state_bytes_read"]
+        if forward:  # every partition's Update went through the memory function
+            assert len(memory.forwarded) == sum(stats.partitions)
+            memory.forwarded.clear()
         if budget == 1.0 and name == "gcn":  # degrees the request changed were corrected
             assert (~sg.delta.added).any()
     with pytest.raises(errors.InvalidRequest, match="embedding set"):
