@@ -40,6 +40,7 @@ from gnn_faas.choices import (
     EMBEDDINGS,
     MODES,
     OBJECTIVES,
+    RECOMPUTE_FROM,
     RECOMPUTE_POLICIES,
 )
 from gnn_faas.config_schema import validate
@@ -253,6 +254,10 @@ class ModelServingConfig:
     embeddings: str = "exact"
     recompute_budget: float = 0.05
     recompute_policy: str = "query_edge_ratio"
+    # a recomputed candidate's layer 1: from its stored aggregate state and the
+    # request's changed terms where the model and the stored set allow it, else
+    # (or with "neighbourhood") from its whole in-neighbourhood's input rows
+    recompute_from: str = "state"
     # new-vertex requests (gateway/new_vertices.py): most vertices / edges a request adds
     max_new_vertices: int = 256
     max_new_edges: int = 65536
@@ -295,6 +300,7 @@ class ServingConfig:
             for key, allowed in (
                 ("embeddings", EMBEDDINGS),
                 ("recompute_policy", RECOMPUTE_POLICIES),
+                ("recompute_from", RECOMPUTE_FROM),
                 ("cache_prior", CACHE_PRIORS),
                 ("device", DEVICES),
             ):

@@ -25,6 +25,7 @@ from gnn_faas.choices import (
     EMBEDDINGS,
     MODES,
     OBJECTIVES,
+    RECOMPUTE_FROM,
     RECOMPUTE_POLICIES,
 )
 from gnn_faas.errors import InvalidRequest
@@ -207,6 +208,7 @@ MODEL = {
         "embeddings": _enum(EMBEDDINGS),
         "recompute_budget": _num(0, 1),
         "recompute_policy": _enum(RECOMPUTE_POLICIES),
+        "recompute_from": _enum(RECOMPUTE_FROM),
         "max_new_vertices": _int(0, 1 << 24),
         "max_new_edges": _int(0, 1 << 30),
         "cache_prior": _enum(CACHE_PRIORS),

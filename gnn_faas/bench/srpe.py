@@ -76,6 +76,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "request's changed terms (default, 2-layer sum/mean/max/gin/gcn models; others "
         "fall back to full) or from its whole in-neighbourhood's input rows (full)",
     )
+    p.add_argument(
+        "--live",
+        action="store_true",
+        help="serve the requests over HTTP from a gnn-faas up stack (memory and compute "
+        "functions) instead of in process: exact, and every budget and policy recomputing "
+        "from stored states and from neighbourhoods (gnn_faas/bench/srpe_live.py)",
+    )
+    p.add_argument("--memory-mb", type=int, default=1024, help="--live: memory function size")
+    p.add_argument("--compute-mb", type=int, default=1024, help="--live: compute function size")
 
 
 def _reduced_graph(graph, keep_mask):
@@ -142,6 +151,44 @@ def _breakdown(sizes: dict) -> dict[str, float]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import shutil
+
+    p = _prepare(args)
+    try:
+        return _run_live(args, p) if args.live else _run_in_process(args, p)
+    finally:
+        shutil.rmtree(p.tmp, ignore_errors=True)  # the checkpoint written for precompute
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """Steps 1-2 of the protocol (module doc): the held-out queries, the
+    reduced graph and the model's checkpoint (in ``tmp``)."""
+
+    store: str
+    graph: Any
+    reduced: Any
+    held: Any
+    keep: Any
+    a: Any
+    new_id: Any
+    feats: Any
+    labels: Any
+    labelled: bool
+    budgets: list
+    policies: list
+    train_s: float
+    tmp: Any
+    ckpt: Any
+
+    def request_inputs(self) -> list:
+        """Each held-out vertex's features and edges to kept vertices."""
+        a, n_red = self.a, self.reduced.num_nodes
+        return _request_inputs(
+            self.graph, a, a.tocsc(), self.held, self.keep, self.new_id, self.feats, n_red
+        )
+
+
+def _prepare(args: argparse.Namespace) -> _Prepared:
     import tempfile
     import time
     from pathlib import Path
@@ -150,14 +197,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from gnn_faas.errors import InvalidRequest
-    from gnn_faas.functions.checkpoint import checkpoint_sha256, save_checkpoint
-    from gnn_faas.functions.precompute import precompute
-    from gnn_faas.functions.srpe_recompute import supports_states
-    from gnn_faas.functions.update import UpdateModel
+    from gnn_faas.functions.checkpoint import save_checkpoint
     from gnn_faas.paths import default_store
     from gnn_faas.storage.datasets import ensure_dataset
-    from gnn_faas.storage.embeddings import EmbeddingStore
-    from gnn_faas.storage.fetcher import KHopFetcher
     from gnn_faas.storage.recompute_policy import POLICIES
 
     torch.set_num_threads(max(1, args.threads))
@@ -178,19 +220,46 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     a, sub, new_id = _reduced_graph(graph, keep)
     feats = np.asarray(graph.read_blob("features"), np.float32)
     reduced = _write_reduced(store, graph, sub, feats, keep, labels if labelled else None)
-    fetcher = KHopFetcher(reduced)
     cfg = _model_config(args, graph, reduced.name, labelled)
     t0 = time.perf_counter()
     model = _model(args, cfg, labelled, sub, feats, keep, labels, split, new_id)
     train_s = time.perf_counter() - t0
     tmp = Path(tempfile.mkdtemp(prefix="gnn-faas-srpe-"))
-    ckpt = tmp / "ckpt"
-    save_checkpoint(ckpt, cfg, model.state_dict())
+    save_checkpoint(tmp / "ckpt", cfg, model.state_dict())
+    return _Prepared(store, graph, reduced, held, keep, a, new_id, feats, labels, labelled,
+                     budgets, policies, train_s, tmp, tmp / "ckpt")  # fmt: skip
+
+
+def _run_live(args: argparse.Namespace, p: _Prepared) -> dict[str, Any]:
+    """``--live``: the requests served over HTTP (:mod:`gnn_faas.bench.srpe_live`)."""
+    from gnn_faas.bench.srpe_live import run_live
+
+    truth = p.labels[p.held] if p.labelled else None
+    out = run_live(
+        args, p.store, p.reduced, p.ckpt, p.request_inputs(), truth, p.budgets, p.policies
+    )
+    return {"graph": p.graph.name, "queries": int(p.held.size), "arch": args.arch,
+            "layers": args.layers, "train_seconds": p.train_s, **out}  # fmt: skip
+
+
+def _run_in_process(args: argparse.Namespace, p: _Prepared) -> dict[str, Any]:
+    import time
+
+    import numpy as np
+
+    from gnn_faas.functions.checkpoint import checkpoint_sha256
+    from gnn_faas.functions.precompute import precompute
+    from gnn_faas.functions.srpe_recompute import supports_states
+    from gnn_faas.functions.update import UpdateModel
+    from gnn_faas.storage.embeddings import EmbeddingStore
+    from gnn_faas.storage.fetcher import KHopFetcher
+    from gnn_faas.storage.overlay import GraphOverlay
+
     t0 = time.perf_counter()
-    precompute(reduced, ckpt, "bench")
+    precompute(p.reduced, p.ckpt, "bench")
     precompute_s = time.perf_counter() - t0
-    emb = EmbeddingStore.open(reduced, "bench", checkpoint_sha256(ckpt))
-    update = UpdateModel.load(ckpt, device="cpu")
+    emb = EmbeddingStore.open(p.reduced, "bench", checkpoint_sha256(p.ckpt))
+    update = UpdateModel.load(p.ckpt, device="cpu")
     from_state = (
         args.recompute == "state"
         and args.layers == 2
@@ -199,13 +268,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
 
     # each held-out vertex's request: its features and its edges to kept vertices
-    csc = a.tocsc()
-    n_red = reduced.num_nodes
-    requests = _requests(graph, a, csc, held, keep, new_id, feats, n_red)
+    n_red = p.reduced.num_nodes
+    sym = p.graph.manifest.symmetrized
+    requests = [GraphOverlay.build(n_red, f, e, sym) for f, e in p.request_inputs()]
+    fetcher = KHopFetcher(p.reduced)
     serving = _Serving(args, fetcher, update, emb, requests, n_red, from_state)
 
     exact_pred, exact_t, exact_sizes = _serve(serving, "exact")
-    truth = labels[held] if labelled else exact_pred
+    truth = p.labels[p.held] if p.labelled else exact_pred
 
     exact_out = np.stack(exact_sizes["outputs"])
 
@@ -213,28 +283,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return float((pred == truth).mean())
 
     out: dict[str, Any] = {
-        "graph": graph.name,
-        "queries": int(held.size),
+        "graph": p.graph.name,
+        "queries": int(p.held.size),
         "arch": args.arch,
         "layers": args.layers,
         "threads": args.threads,
         "neighbourhoods": "full",
         "recompute": "state" if from_state else "full",
-        "accuracy_kind": "labels" if labelled else "agreement_with_exact",
-        "train_seconds": train_s,
+        "accuracy_kind": "labels" if p.labelled else "agreement_with_exact",
+        "train_seconds": p.train_s,
         "precompute_seconds": precompute_s,
         "exact": _exact_row(acc(exact_pred), exact_t, exact_sizes),
         "policies": {},
     }
-    for policy in policies:
+    for policy in p.policies:
         row = {}
-        for b in budgets:
+        for b in p.budgets:
             pred, times, rec = _serve(serving, "srpe", b, policy)
             row[f"{b:g}"] = _policy_row(
                 acc(pred), acc(exact_pred), pred, exact_pred, times, exact_t, rec, exact_out
             )
         out["policies"][policy] = row
-    shutil.rmtree(tmp, ignore_errors=True)  # the checkpoint written for precompute
     return out
 
 
@@ -307,12 +376,11 @@ def _model(args, cfg, labelled: bool, sub, feats, keep, labels, split, new_id):
     return build_model(cfg, seed=args.seed).eval()
 
 
-def _requests(graph, a, csc, held, keep, new_id, feats, n_red: int) -> list:
-    """One request per held-out vertex (a loop over requests): an overlay with
-    the vertex as id ``n_red``, its features and its edges to kept vertices."""
+def _request_inputs(graph, a, csc, held, keep, new_id, feats, n_red: int) -> list:
+    """Per held-out vertex (a loop over requests): its features ``[1, d]`` and
+    its edges ``[m, 2]`` to kept vertices, the vertex as id ``n_red`` (what a
+    new-vertex request carries, ``gateway/new_vertices.py``)."""
     import numpy as np
-
-    from gnn_faas.storage.overlay import GraphOverlay
 
     requests = []
     for q in held:
@@ -328,8 +396,7 @@ def _requests(graph, a, csc, held, keep, new_id, feats, n_red: int) -> list:
                     np.stack((np.full(outs.size, n_red), outs), axis=1),
                 )
             )
-        ov = GraphOverlay.build(n_red, feats[q : q + 1], edges, graph.manifest.symmetrized)
-        requests.append(ov)
+        requests.append((feats[q : q + 1], edges.astype(np.int64)))
     return requests
 
 

@@ -351,6 +351,7 @@ class MemoryClient(FunctionClient):
         include_self: bool = True,
         forward: tuple[str, int] | None = None,
         forward_pre_next: bool = False,
+        state_set: tuple[str, str] | None = None,
     ) -> dict[str, np.ndarray]:
         """Aggregate ``block`` (local CSR) over the rows of ``src_ids`` (global):
         ``h`` when given, else the memory side's input rows. Returns ``{"agg"[,
@@ -359,7 +360,10 @@ class MemoryClient(FunctionClient):
         compute function at ``url`` (Update of ``layer``, stage ``post``) and
         answers with its ``{"h"}`` (``forward_pre_next``: Update also runs
         layer ``layer + 1``'s pre, see :meth:`ComputeClient.post_pre`);
-        :meth:`forwarded_timing` is that call's."""
+        :meth:`forwarded_timing` is that call's. ``state_set=(model,
+        checkpoint)``: the embedding set whose stored states recompute the
+        rows that ``extras``' ``state_*`` tensors name (SRPE, see
+        ``gnn_faas/functions/memory_app.py``)."""
         tensors = {
             "indptr": np.asarray(block.indptr, dtype=np.int64),
             "indices": np.asarray(block.indices, dtype=np.int64),
@@ -381,6 +385,8 @@ class MemoryClient(FunctionClient):
             "partial": bool(partial),
             "include_self": bool(include_self),
         }
+        if state_set is not None:
+            params["state_model"], params["state_checkpoint"] = str(state_set[0]), str(state_set[1])
         if forward is not None:
             params["forward_url"], params["forward_layer"] = str(forward[0]), int(forward[1])
             params["forward_pre_next"] = bool(forward_pre_next)

@@ -35,6 +35,15 @@ Endpoints (frames are ``application/x-gnn-faas-frame``, see
   their input rows travel in ``new_x`` float32 ``[k, d]``, one row per such
   source id in ``src_ids`` order; they are used, never cached. Answer: ``agg`` (+ ``root``), or with
   ``partial`` the :func:`~gnn_faas.functions.aggregate.partial_aggregate` state.
+  Precomputed serving (OMEGA's SRPE) from stored states: params ``state_model``
+  and ``state_checkpoint`` name the embedding set (``gnn-faas precompute``),
+  tensors ``state_ids`` int64 ``[k]`` (the last ``k`` destination rows'
+  global ids), ``state_count`` int64 ``[k]``, and per entry of those rows'
+  lists (their changed terms) ``state_added`` bool, ``state_degree_change``
+  int64: those rows' aggregates come from their stored layer-1 states read
+  from the store plus the changed terms
+  (:func:`~gnn_faas.functions.srpe_recompute.recompute_last_rows`). State
+  rows are read on each call, not cached (:meth:`MemoryFunction.state_rows`).
 - ``POST /v1/features`` (JSON ``{"ids"}`` or a frame with ``ids``) -> frame ``x``.
 - ``GET /metrics`` -> Prometheus text (:mod:`gnn_faas.functions.metrics`: cache
   hits and lookups, storage reads per backend, process figures).
@@ -77,6 +86,7 @@ from gnn_faas.http import (
     install,
 )
 from gnn_faas.storage.computation_graph import Block, cg_from_tensors, cg_tensors
+from gnn_faas.storage.embeddings import EmbeddingStore
 from gnn_faas.storage.fetcher import KHopFetcher
 from gnn_faas.storage.format import open_graph
 from gnn_faas.wire import (
@@ -88,6 +98,8 @@ from gnn_faas.wire import (
 
 log = logging.getLogger("gnn_faas.memory")
 MAX_HOPS = 8
+STATE_TENSORS = ("state_ids", "state_count", "state_added", "state_degree_change")
+MAX_STATE_SETS = 4  # embedding sets (model, checkpoint) an instance keeps open
 DEFAULT_PREDICTOR_GRAPH = "bitcoin-otc"  # the bundled predictor transfers: its inputs are shapes
 
 
@@ -159,17 +171,59 @@ class AggregateCall:
     return_root: bool
     partial: bool
     include_self: bool
+    states: StateCall | None = None
 
     def shape(self, feature_dim: int) -> RequestShape:
         width = feature_dim if self.h is None else int(np.prod(self.h.shape[1:], dtype=np.int64))
+        k = 0 if self.states is None else int(self.states.ids.size)  # state rows: as many sources
         return RequestShape(
             self.block.num_dst,
-            self.block.num_src,
+            self.block.num_src + k,
             self.block.num_edges,
             width,
             self.op,
             loads_rows=self.h is None,
         )
+
+
+@dataclass(frozen=True)
+class StateCall:
+    """The stored-state part of an aggregate call (module doc): the embedding
+    set, the last ``ids.size`` rows' global ids and their changed terms."""
+
+    model: str
+    checkpoint: str
+    ids: np.ndarray
+    terms: dict[str, np.ndarray]
+
+
+def parse_states(
+    tensors: dict[str, np.ndarray], params: dict[str, Any], op: str, num_dst: int
+) -> StateCall | None:
+    model = params_get(params, "state_model", str, None)
+    present = [k for k in STATE_TENSORS if k in tensors]
+    if model is None:
+        if present:
+            raise InvalidRequest(f"tensors {present} need the parameter 'state_model'")
+        return None
+    from gnn_faas.functions.srpe_recompute import STATE_OPS
+
+    if op not in STATE_OPS:
+        raise InvalidRequest(f"aggregate op {op!r} cannot be recomputed from stored states")
+    checkpoint = params_get(params, "state_checkpoint", str)
+    ids = require(tensors, "state_ids", "int64", 1)
+    count = require(tensors, "state_count", "int64", 1)
+    added = require(tensors, "state_added", "bool", 1)
+    change = require(tensors, "state_degree_change", "int64", 1)
+    if count.size != ids.size or ids.size > num_dst:
+        raise InvalidRequest(
+            f"state_ids and state_count need one entry per state row (at most num_dst = "
+            f"{num_dst}), got {ids.size} and {count.size}"
+        )
+    if added.size != change.size:
+        raise InvalidRequest("state_added and state_degree_change need the same length")
+    terms = {"state_count": count, "state_added": added, "state_degree_change": change}
+    return StateCall(model, checkpoint, ids, terms)
 
 
 def parse_aggregate(tensors: dict[str, np.ndarray], params: dict[str, Any]) -> AggregateCall:
@@ -199,12 +253,16 @@ def parse_aggregate(tensors: dict[str, np.ndarray], params: dict[str, Any]) -> A
         if arr is not None:
             extras[name] = arr
     new_x = require(tensors, "new_x", "float32", 2, optional=True)
-    unknown = set(tensors) - {"indptr", "indices", "src_ids", "h", "new_x", *extras}
+    unknown = set(tensors) - {"indptr", "indices", "src_ids", "h", "new_x", *extras, *STATE_TENSORS}
     if unknown:
         raise InvalidRequest(f"unexpected tensors {sorted(unknown)}")
     dst_offset = params_get(params, "dst_offset", int, 0)
     if dst_offset < 0:
         raise InvalidRequest("dst_offset must be >= 0")
+    states = parse_states(tensors, params, op, num_dst)
+    partial = params_get(params, "partial", bool, False)
+    if states is not None and partial:
+        raise InvalidRequest("stored states finish whole aggregates, not partial ones")
     return AggregateCall(
         op=op,
         block=Block(num_dst, int(src_ids.size), indptr, indices),
@@ -216,8 +274,9 @@ def parse_aggregate(tensors: dict[str, np.ndarray], params: dict[str, Any]) -> A
         negative_slope=params_get(params, "negative_slope", float, 0.2),
         dst_offset=dst_offset,
         return_root=params_get(params, "return_root", bool, False),
-        partial=params_get(params, "partial", bool, False),
+        partial=partial,
         include_self=params_get(params, "include_self", bool, True),
+        states=states,
     )
 
 
@@ -361,6 +420,10 @@ class MemoryFunction:
         if prior is not None:  # a new instance starts with the most-read rows
             self.warmed_rows = self.cache.warm(prior[0], self._load_rows)
         self.counts = {"graph": 0, "aggregate": 0, "features": 0}
+        # SRPE's stored states, opened on first use per (model, checkpoint)
+        self._state_sets: dict[tuple[str, str], EmbeddingStore] = {}
+        self._state_lock = threading.Lock()
+        self.state_reads = {"rows": 0, "bytes": 0, "round_trips": 0}
         self.debug_modules = os.environ.get("GNN_FAAS_DEBUG_MODULES", "") not in ("", "0")
         self.ready = True
 
@@ -468,6 +531,8 @@ class MemoryFunction:
             if rows is None:
                 rows = self._source_rows(call, stored)
             out = execute_aggregate(call, rows)
+            if call.states is not None:
+                out["agg"] = self._from_states(call, rows, out["agg"])
             if forward_layer is None:
                 return encode_frame(out)
             params = {"layer": forward_layer, "stage": "post", "pre_next": pre_next}
@@ -475,6 +540,72 @@ class MemoryFunction:
 
         pinned = call.src_ids[stored] if call.h is None else None
         return self.cache.run(work, shape=call.shape(self.feature_dim), pinned=pinned)
+
+    def state_set(self, model: str, checkpoint: str) -> EmbeddingStore:
+        """The embedding set of ``model`` at ``checkpoint`` on this graph,
+        checked (stale or missing: 409 / 404) and opened once."""
+        key = (model, checkpoint)
+        with self._state_lock:
+            emb = self._state_sets.get(key)
+            if emb is None:
+                emb = EmbeddingStore.open(self.graph, model, checkpoint)
+                if not emb.has_states(1):
+                    from gnn_faas.errors import NotFound
+
+                    raise NotFound(
+                        f"the embeddings of model {model!r} hold no layer-1 aggregate state: "
+                        f"rerun 'gnn-faas precompute --model {model}'"
+                    )
+                while len(self._state_sets) >= MAX_STATE_SETS:
+                    self._state_sets.pop(next(iter(self._state_sets)))
+                self._state_sets[key] = emb
+            return emb
+
+    def state_rows(self, call: StateCall) -> np.ndarray:
+        """The stored layer-1 states of ``call.ids``, one batched ranged read.
+
+        Not cached: a state row is read only for a candidate the request
+        recomputes (a budget's share of the queries' in-neighbours), where the
+        feature cache serves the input rows that every request reads (the
+        queries' in-neighbours, those candidates included); a second cache
+        would take its memory from the first for rows read far less often.
+        ``/v1/stats`` counts them (``state_rows_read``, ``state_bytes_read``)."""
+        self.fetcher.check_ids(call.ids, "state_ids")
+        emb = self.state_set(call.model, call.checkpoint)
+        st = emb.reader.stats
+        with self._state_lock:  # one read at a time per set: its figures' differences are ours
+            bytes0, trips0 = st.bytes_read, st.round_trips
+            rows = emb.state_rows(1, call.ids)
+            self.state_reads["rows"] += int(call.ids.size)
+            self.state_reads["bytes"] += st.bytes_read - bytes0
+            self.state_reads["round_trips"] += st.round_trips - trips0
+        return rows
+
+    def _from_states(self, call: AggregateCall, rows: np.ndarray, agg: np.ndarray) -> np.ndarray:
+        """``agg`` with its last rows recomputed from their stored states."""
+        from gnn_faas.functions.srpe_recompute import recompute_last_rows
+
+        assert call.states is not None
+        k = int(call.states.ids.size)
+        if k == 0:
+            return agg
+        if rows.shape[1:] != (self.feature_dim,):
+            raise InvalidRequest("stored states recompute layer 1: its input rows only")
+        states = self.state_rows(call.states)
+        rec = recompute_last_rows(
+            call.op, call.block, rows, states, call.states.terms,
+            call.extras.get("deg_src"), call.eps, call.dst_offset,
+        )  # fmt: skip
+        return np.concatenate((agg[: agg.shape[0] - k], rec))
+
+    def state_stats(self) -> dict[str, int]:
+        with self._state_lock:
+            r = self.state_reads
+            return {
+                "state_rows_read": r["rows"],
+                "state_bytes_read": r["bytes"],
+                "state_round_trips": r["round_trips"],
+            }
 
     def _split_new(self, call: AggregateCall) -> np.ndarray:
         """Mask of the stored source ids (checked); the others need ``new_x`` rows."""
@@ -537,6 +668,7 @@ class MemoryFunction:
             "predictor": "mlp" if self.predictor is not None else "analytic",
             "cache_prior": self.cfg.cache_prior,
             "warmed_rows": self.warmed_rows,
+            **self.state_stats(),
         }
         if self.debug_modules:
             out["torch_loaded"] = "torch" in sys.modules

@@ -95,6 +95,14 @@ def memory_families(fn) -> Iterator[Metric]:
     )
     reexec.add_metric([graph], cache["reexecutions"])
     yield reexec
+    states = fn.state_stats()  # SRPE: stored layer-1 states read for recomputed candidates
+    for key, help_text in (
+        ("rows", "Stored aggregate-state rows read (precomputed serving's recomputed candidates)"),
+        ("bytes", "Bytes of stored aggregate-state rows read from the store"),
+    ):
+        fam = CounterMetricFamily(f"gnn_faas_state_{key}_read", help_text, labels=["graph"])
+        fam.add_metric([graph], states[f"state_{key}_read"])
+        yield fam
     yield calls_family("memory", fn.counts)
     yield from storage_families([(backend_name(fn.cfg.store), graph, fn.fetcher.stats)])
 

@@ -120,6 +120,49 @@ def recompute_from_states(
     return finish_state(op, s, x[own], count, in_degree[own], eps)
 
 
+def recompute_last_rows(
+    op: str,
+    block: Block,
+    x: np.ndarray,
+    states: np.ndarray,
+    terms: dict[str, np.ndarray],
+    in_degree: np.ndarray | None = None,
+    eps: float = 0.0,
+    dst_offset: int = 0,
+) -> np.ndarray:
+    """A memory function's share of :func:`recompute_from_states`: the aggregate
+    of ``block``'s last ``k`` destination rows (``k = states.shape[0]``), whose
+    lists in the block are their changed terms
+    (:meth:`~gnn_faas.storage.srpe_graph.SrpeGraph.state_block`, compacted by
+    the orchestrator: row ``r``'s own source row is ``dst_offset + r``).
+    ``terms``: :meth:`~gnn_faas.storage.srpe_graph.SrpeGraph.state_terms`'s
+    ``state_count``, ``state_added``, ``state_degree_change``; ``x``: the
+    block's source rows; ``in_degree``: the sources' degrees (gcn)."""
+    count = np.asarray(terms["state_count"], np.int64)
+    k = count.size
+    if states.shape[0] != k or k > block.num_dst:
+        raise InvalidRequest(f"{states.shape[0]} state rows for {k} of {block.num_dst} rows")
+    first = block.num_dst - k
+    lo, hi = int(block.indptr[first]), int(block.indptr[block.num_dst])
+    added = np.asarray(terms["state_added"], bool)
+    change = np.asarray(terms["state_degree_change"], np.int64)
+    if added.size != hi - lo or change.size != hi - lo:
+        raise InvalidRequest(
+            f"state_added and state_degree_change need one entry per changed term ({hi - lo})"
+        )
+    if op == "gcn" and in_degree is None:
+        raise InvalidRequest("gcn's recomputation from stored states needs deg_src")
+    deg = np.zeros(block.num_src, np.int64) if in_degree is None else np.asarray(in_degree)
+    delta = StateDelta(
+        indptr=np.asarray(block.indptr[first:], np.int64) - lo,
+        src=np.asarray(block.indices[lo:hi], np.int64),
+        added=added,
+        degree_change=change,
+        stored_count=count,
+    )
+    return recompute_from_states(op, states, delta, x, deg, dst_offset + first, eps)
+
+
 def _weighted_sum(rows: np.ndarray, src: np.ndarray, w: np.ndarray, x: np.ndarray, n: int):
     """``out[r] = Σ_{e: rows[e] = r} w[e] x[src[e]]`` as one sparse product."""
     a = sp.csr_matrix((w.astype(np.float32), (rows, src)), shape=(n, x.shape[0]))

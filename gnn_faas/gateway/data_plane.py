@@ -84,6 +84,36 @@ def breakdown_ms(
     return out
 
 
+def recompute_source(
+    model: ModelServingConfig, plan: ModelPlan, embeddings: EmbeddingStore | None
+) -> tuple[str | None, str | None]:
+    """``(recompute_from, reason)`` of a served model: ``"state"`` where it
+    serves precomputed embeddings, asks for stored states (the default), is a
+    2-layer model whose layer 1 keeps a state (sum, mean, max, GIN, GCN) and
+    the stored set holds them; else ``"neighbourhood"`` and why (``None``
+    with exact serving)."""
+    from gnn_faas.functions.srpe_recompute import supports_states
+
+    if embeddings is None:
+        return None, None
+    if model.recompute_from == "neighbourhood":
+        return "neighbourhood", None  # asked for
+    step = plan.steps[0]
+    if len(plan.steps) != 2:
+        reason = f"stored states serve 2-layer models, this one has {len(plan.steps)} layers"
+    elif not supports_states(step):
+        reason = f"layer 1 ({step.op}) keeps no aggregate state"
+    elif not embeddings.has_states(1):
+        reason = (
+            f"the stored embeddings hold no layer-1 state: rerun 'gnn-faas precompute "
+            f"--model {model.name}'"
+        )
+    else:
+        return "state", None
+    log.warning("model %s recomputes from neighbourhoods: %s", model.name, reason)
+    return "neighbourhood", reason
+
+
 class ModelRuntime:
     """One served model: its request path (parse, k-hop fetch, buffers), its
     functions (:mod:`gnn_faas.scheduler.model_functions`) and the executions
@@ -113,8 +143,13 @@ class ModelRuntime:
         self.needs_degrees = any(s.needs_degrees for s in self.plan.steps)
         # SRPE: the stored embeddings, refused at start when stale (another checkpoint)
         self.embeddings: EmbeddingStore | None = None
+        self.checkpoint_sha256: str | None = None
         if model.embeddings == "precomputed":
-            self.embeddings = EmbeddingStore.open(self.graph, model.name, checkpoint_sha256(ckpt))
+            self.checkpoint_sha256 = checkpoint_sha256(ckpt)
+            self.embeddings = EmbeddingStore.open(self.graph, model.name, self.checkpoint_sha256)
+        self.recompute_from, self.recompute_from_reason = recompute_source(
+            model, self.plan, self.embeddings
+        )
         self.new_vertex_limits = NewVertexLimits(model.max_new_vertices, model.max_new_edges)
         self.platform = platform
         self.functions = build_model_functions(
@@ -137,6 +172,7 @@ class ModelRuntime:
             metrics=metrics,
             merge=self._merge,
             embeddings=self._embeddings_reader,
+            state_set=self._state_set,
             count_rows=self._count_rows,
             threads=serving.gateway.threads,
             request_timeout_s=serving.gateway.request_timeout_s,
@@ -221,9 +257,25 @@ class ModelRuntime:
                 "slo_s": self.model.slo_s,
                 "mode": self.model.mode,
                 "embeddings": self.model.embeddings,
+                **self.srpe_parameters(),
                 **new_vertex_parameters(self.graph.num_nodes, self.new_vertex_limits),
             },
         }
+
+    def srpe_parameters(self) -> dict:
+        """Precomputed serving's settings: the budget, the policy and where a
+        recomputed candidate's layer 1 comes from (with why, where the stored
+        states could not be used)."""
+        if self.embeddings is None:
+            return {}
+        out = {
+            "recompute_budget": self.model.recompute_budget,
+            "recompute_policy": self.model.recompute_policy,
+            "recompute_from": self.recompute_from,
+        }
+        if self.recompute_from_reason is not None:
+            out["recompute_from_reason"] = self.recompute_from_reason
+        return out
 
     # -- request path --------------------------------------------------------------
     def infer(
@@ -358,6 +410,7 @@ class ModelRuntime:
                 self.model.recompute_budget,
                 self.model.recompute_policy,
                 overlay=overlay,
+                from_state=self.recompute_from == "state",
             )
         return self.fetcher.fetch(
             targets,
@@ -399,6 +452,12 @@ class ModelRuntime:
 
     def _embeddings_reader(self):
         return None if self.embeddings is None else self.embeddings.rows
+
+    def _state_set(self) -> tuple[str, str] | None:
+        """The embedding set whose stored states the memory functions read."""
+        if self.recompute_from != "state" or self.checkpoint_sha256 is None:
+            return None
+        return self.name, self.checkpoint_sha256
 
     def _count_rows(self, rows: int) -> None:
         self.metrics.aggregated_rows.labels(self.name).inc(rows)

@@ -28,6 +28,7 @@ from gnn_faas.gateway.metrics import GatewayMetrics
 from gnn_faas.scheduler.orchestrator import Orchestrator, RunStats
 from gnn_faas.storage.computation_graph import ComputationGraph
 from gnn_faas.storage.overlay import GraphOverlay
+from gnn_faas.storage.srpe_graph import SrpeGraph
 
 
 @dataclass
@@ -57,6 +58,18 @@ def stage_ms(stats: RunStats) -> dict[str, float]:
     return {"aggregate_ms": stats.aggregate_seconds * 1e3, "update_ms": stats.update_seconds * 1e3}
 
 
+def srpe_info(graph) -> dict:
+    """What an answer of precomputed serving says of its execution: the
+    candidates it recomputed and from what (their stored states, or their
+    whole in-neighbourhoods)."""
+    if not isinstance(graph, SrpeGraph):
+        return {}
+    return {
+        "recomputed": int(graph.recomputed.size),
+        "recompute_from": "neighbourhood" if graph.delta is None else "state",
+    }
+
+
 def execution_info(stats: RunStats, closed_at: float, predicted_rows: float | None) -> dict:
     """The figures every answer of an execution carries."""
     return {
@@ -76,7 +89,9 @@ class Executions:
     request's future to ``(outputs, info)``.
 
     ``merge(pendings)`` gives ``(graph, per-request rows, separate rows)`` of a
-    merged batch; ``embeddings()`` the SRPE reader (None: exact); ``finished``
+    merged batch; ``embeddings()`` the SRPE reader (None: exact) and
+    ``state_set()`` the stored states' ``(model, checkpoint)`` (None: none
+    read); ``finished``
     (the buffers' :meth:`~gnn_faas.gateway.buffer_pool.MultiBufferPool.finished`)
     hears of every merged execution's end; ``count_rows`` totals rows."""
 
@@ -92,6 +107,7 @@ class Executions:
         count_rows: Callable[[int], None],
         threads: int,
         request_timeout_s: float = 30.0,
+        state_set: Callable[[], tuple[str, str] | None] = lambda: None,
     ):
         self.name = name
         self.merged = merged
@@ -100,6 +116,7 @@ class Executions:
         self.metrics = metrics
         self.merge = merge
         self.embeddings = embeddings
+        self.state_set = state_set
         self.count_rows = count_rows
         self.request_timeout_s = float(request_timeout_s)
         self.finished: Callable[[float, int, float], None] | None = None
@@ -155,14 +172,22 @@ class Executions:
             total = None if None in predicted else float(sum(predicted))
             with self.metrics.stage(self.name, "execute"):
                 h, stats = self.orchestrator.run(
-                    graph, embeddings=self.embeddings(), predicted_rows=total
+                    graph,
+                    embeddings=self.embeddings(),
+                    predicted_rows=total,
+                    state_set=self.state_set(),
                 )
         except BaseException as exc:  # noqa: BLE001 - delivered to the waiting requests
             for p in pendings:
                 p.future.set_exception(exc)
             return
         self.count_rows(stats.aggregated_rows)
-        info = {**info, **execution_info(stats, closed_at, total), "separate_rows": separate_rows}
+        info = {
+            **info,
+            **execution_info(stats, closed_at, total),
+            **srpe_info(graph),
+            "separate_rows": separate_rows,
+        }
         for p, rows in zip(pendings, request_rows):
             self._answer(p, h, rows, info)
 
@@ -181,12 +206,13 @@ class Executions:
                     overlay=p.overlay,
                     embeddings=self.embeddings(),
                     predicted_rows=p.predicted_rows,
+                    state_set=self.state_set(),
                 )
         except BaseException as exc:  # noqa: BLE001 - delivered to the waiting request
             p.future.set_exception(exc)
             return
         self.count_rows(stats.aggregated_rows)
-        info = {**info, **execution_info(stats, closed_at, p.predicted_rows)}
+        info = {**info, **execution_info(stats, closed_at, p.predicted_rows), **srpe_info(p.cg)}
         self._answer(p, h, p.cg.target_index, info)
 
     def _answer(self, pending: InferenceJob, h: np.ndarray, rows: np.ndarray, info: dict) -> None:

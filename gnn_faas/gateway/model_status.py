@@ -21,9 +21,20 @@ def model_status(rt: Any) -> dict:
         "memory_pool": {**rt.memory_pool.snapshot(), "stats": rt.memory_pool.stats},
         "compute_pool": {**rt.compute_pool.snapshot(), "stats": rt.compute_pool.stats},
         "gateway_fetch": rt.fetcher.stats.as_dict(),
+        **srpe_status(rt),
         "caches": cache_stats(rt),
         "functions": function_rows(rt),
     }
+
+
+def srpe_status(rt: Any) -> dict:
+    """Precomputed serving's settings (``recompute_from`` and, where the stored
+    states could not be used, why) and the gateway's reads of the boundary's
+    stored embeddings; nothing for exact serving."""
+    emb = getattr(rt, "embeddings", None)
+    if emb is None:
+        return {}
+    return {"srpe": {**rt.srpe_parameters(), "embeddings_read": emb.reader.stats.as_dict()}}
 
 
 def function_rows(rt: Any) -> list[dict]:
@@ -65,5 +76,13 @@ def cache_stats(rt: Any) -> list[dict]:
         except Exception as exc:  # an instance going away must not break status
             out.append({"instance": inst.id, "error": str(exc)})
             continue
-        out.append({"instance": inst.id, **st.get("cache", {}), "bytes_read": st.get("bytes_read")})
+        states = {k: v for k, v in st.items() if k.startswith("state_")}  # SRPE's stored states
+        out.append(
+            {
+                "instance": inst.id,
+                **st.get("cache", {}),
+                "bytes_read": st.get("bytes_read"),
+                **states,
+            }
+        )
     return out

@@ -256,14 +256,20 @@ class Orchestrator:
         pool=None,
         inline: bool = False,
         pre_next: bool = False,
+        state_set: tuple[str, str] | None = None,
     ) -> Future:
         """Aggregate then Update of destination rows ``[start, stop)``: a future of
         Update's ``{"h"}`` or, with ``pre_next``, of the next layer's pre of those
         rows (one compute call). ``inline``: both calls on this thread when their
-        pools have an idle instance."""
+        pools have an idle instance. ``state_set``: layer 1 of an SRPE graph built
+        from stored states; the recomputed rows' terms travel along."""
         caller = threading.get_ident()
         sub, src_sel = compact_rows(block, start, stop)
         tensors: dict[str, np.ndarray] = {}
+        if state_set is not None:
+            tensors = cg.state_terms(start, stop)
+            if tensors["state_ids"].size == 0:  # only queries here: a plain aggregate
+                tensors, state_set = {}, None
         h_part = None if h is None else np.ascontiguousarray(h[src_sel])
         if step.needs_degrees:
             deg = cg.in_degree
@@ -284,12 +290,12 @@ class Orchestrator:
         )
         if self.forward:
             return self._forwarded(
-                step, sub, src_ids, h_part, tensors, stats, pool, inline, pre_next
+                step, sub, src_ids, h_part, tensors, stats, pool, inline, pre_next, state_set
             )
 
         def aggregate(client: MemoryClient):
             t0 = time.perf_counter()
-            out = aggregate_step(client, step, sub, src_ids, h_part, tensors)
+            out = aggregate_step(client, step, sub, src_ids, h_part, tensors, state_set=state_set)
             stats.add(aggregate_seconds=time.perf_counter() - t0)
             stats.add_call("aggregate", call_timing(client))
             return out
@@ -326,6 +332,7 @@ class Orchestrator:
         pool=None,
         inline: bool = False,
         pre_next: bool = False,
+        state_set: tuple[str, str] | None = None,
     ) -> Future:
         """One partition's Aggregate and Update (``pre_next``: and the next
         layer's pre) as one call: the memory pool picks
@@ -354,6 +361,7 @@ class Orchestrator:
                         tensors,
                         forward=(compute_instance.url, step.layer),
                         forward_pre_next=pre_next,
+                        state_set=state_set,
                     )
                 except errors.ForwardFailed as exc:  # the compute instance's failure
                     raise errors.Unavailable(str(exc)) from None
@@ -386,13 +394,17 @@ class Orchestrator:
         overlay: GraphOverlay | None = None,
         embeddings=None,
         predicted_rows: float | None = None,
+        state_set: tuple[str, str] | None = None,
     ) -> tuple[np.ndarray, RunStats]:
         """Outputs of the last layer for ``cg``'s unique targets, and figures.
 
         ``overlay``: a new-vertex request's added vertices and edges (``cg``
         was fetched with it). ``cg`` may be an
         :class:`~gnn_faas.storage.srpe_graph.SrpeGraph`, whose boundary rows
-        ``embeddings(l, ids)`` reads from the store at every layer ``l >= 2``.
+        ``embeddings(l, ids)`` reads from the store at every layer ``l >= 2``;
+        one built ``from_state`` has its recomputed candidates' layer 1
+        recomputed by the memory functions from the stored states of the
+        embedding set ``state_set = (model, checkpoint)``.
         ``predicted_rows`` (e.g. ``Σ PSGS`` of the targets; default: the
         graph's aggregated rows) places Update on the CPU or GPU pool.
         """
@@ -409,6 +421,9 @@ class Orchestrator:
         fused: dict[str, np.ndarray] | None = None  # the pre the last layer ran
         for i, step in enumerate(steps):
             block = cg.block(step.layer)
+            states = _state_set_of(cg, step, state_set)
+            if states is not None:
+                block = cg.state_block()
             h = extend_sources(cg, step.layer, h, embeddings)
             extras: dict[str, np.ndarray] = {}
             if step.pre and fused is not None:
@@ -435,8 +450,20 @@ class Orchestrator:
             last = len(parts) - 1
             futures = [
                 self._part(
-                    step, block, a, b, cg, h, extras, stats, overlay, pool, p == last, pre_next
-                )
+                    step,
+                    block,
+                    a,
+                    b,
+                    cg,
+                    h,
+                    extras,
+                    stats,
+                    overlay,
+                    pool,
+                    p == last,
+                    pre_next,
+                    states,
+                )  # fmt: skip
                 for p, (a, b) in enumerate(parts)
             ]
             outs = [f.result() for f in futures]
@@ -448,3 +475,21 @@ class Orchestrator:
             stats.aggregated_rows += block.num_dst
         stats.wall_seconds = time.perf_counter() - t_start
         return h, stats
+
+
+def _state_set_of(
+    cg: ComputationGraph, step: LayerStep, state_set: tuple[str, str] | None
+) -> tuple[str, str] | None:
+    """``state_set`` where layer ``step`` of ``cg`` recomputes from stored
+    states (layer 1 of an SRPE graph built ``from_state``), else None."""
+    if step.layer != 1 or getattr(cg, "delta", None) is None:
+        return None
+    from gnn_faas.functions.srpe_recompute import supports_states
+
+    if state_set is None:
+        raise errors.InvalidRequest(
+            "an SRPE graph built from stored states needs their embedding set (model, checkpoint)"
+        )
+    if not supports_states(step):
+        raise errors.InvalidRequest(f"layer 1 ({step.op}) cannot be recomputed from stored states")
+    return state_set

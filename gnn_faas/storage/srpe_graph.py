@@ -128,6 +128,40 @@ class SrpeGraph:
     def aggregated_rows(self) -> int:
         return int(sum(self.layer_sizes[1:]))
 
+    def state_block(self) -> Block:
+        """Layer 1 of a graph built ``from_state`` as a memory function gets it:
+        the queries' lists, then each recomputed row listing its changed terms
+        (``delta.src``, in order), so a partition of the rows ships those
+        terms' input rows with it and is sized with them."""
+        d = self.delta
+        if d is None:
+            raise InvalidRequest("the SRPE graph was not built from stored states")
+        nq = self.num_queries
+        base = int(self.indptr[nq])  # the recomputed rows' own lists are empty
+        indptr = np.concatenate((self.indptr[: nq + 1], base + d.indptr[1:])).astype(np.int64)
+        indices = np.concatenate((self.indices[:base], d.src)).astype(np.int64)
+        return Block(self.num_computed, int(self.nodes.size), indptr, indices)
+
+    def state_terms(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        """The stored-state terms of layer 1's destination rows ``[start, stop)``
+        (of :meth:`state_block`): the recomputed ones among them are its last
+        rows. Tensors ``state_ids`` (their global ids), ``state_count``
+        (stored in-edges), and per entry of their lists ``state_added``,
+        ``state_degree_change`` (:class:`StateDelta`); empty when none is."""
+        d = self.delta
+        if d is None:
+            raise InvalidRequest("the SRPE graph was not built from stored states")
+        nq = self.num_queries
+        a, b = max(start, nq) - nq, max(stop, nq) - nq
+        a = min(a, b)
+        lo, hi = int(d.indptr[a]), int(d.indptr[b])
+        return {
+            "state_ids": np.asarray(self.recomputed[a:b], np.int64),
+            "state_count": np.asarray(d.stored_count[a:b], np.int64),
+            "state_added": np.asarray(d.added[lo:hi], bool),
+            "state_degree_change": np.asarray(d.degree_change[lo:hi], np.int64),
+        }
+
 
 def extend_sources(
     cg, layer: int, h: np.ndarray | None, embeddings: Callable[[int, np.ndarray], np.ndarray] | None

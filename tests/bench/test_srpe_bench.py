@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from gnn_faas.cli import main
 
 
@@ -62,3 +64,33 @@ def test_srpe_bench_on_a_synthetic_graph(tmp_path, capsys):
     # stale embeddings of the 1-hop neighbours instead of the 2-hop features
     assert 0 < row["0"]["bytes_p50"] < exact["bytes_p50"]
     assert main(["bench", "srpe", "--graph", "no-such-graph", "--store", store]) != 0
+
+
+@pytest.mark.slow
+def test_srpe_bench_live_on_cora(tmp_path, capsys):
+    """``--live``: the held-out requests served over HTTP by a gnn-faas up stack,
+    exact and each budget from stored states and from neighbourhoods."""
+    argv = ["bench", "srpe", "--graph", "cora", "--store", f"file://{tmp_path}", "--queries", "5",
+            "--budgets", "0.25,1", "--policies", "query_edge_ratio", "--epochs", "5",
+            "--repeat", "1", "--live", "--memory-mb", "256", "--compute-mb", "512", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["live"] and r["queries"] == 5 and r["exact"]["p50_ms"] > 0
+    assert r["exact"]["state_rows_p50"] == 0 and r["exact"]["memory_rows_p50"] > 0
+    for budget in ("0.25", "1"):
+        cell = r["policies"]["query_edge_ratio"][budget]
+        state, nbhd = cell["state"], cell["neighbourhood"]
+        assert state["recompute_from"] == ["state"] and nbhd["recompute_from"] == ["neighbourhood"]
+        assert state["recomputed_mean"] == nbhd["recomputed_mean"] > 0
+        # the same aggregates two ways; the state way reads state rows, not neighbourhoods
+        assert state["rel_error_vs_neighbourhood"] < 1e-4
+        assert state["state_rows_p50"] > 0 == nbhd["state_rows_p50"]
+        assert state["memory_rows_p50"] <= nbhd["memory_rows_p50"]
+        assert state["gateway_bytes_p50"] < nbhd["gateway_bytes_p50"]
+    full = r["policies"]["query_edge_ratio"]["1"]
+    assert (
+        full["state"]["agreement_with_exact"]
+        == full["neighbourhood"]["agreement_with_exact"]
+        == 1.0
+    )
+    assert full["state"]["rel_error_mean"] < 1e-4

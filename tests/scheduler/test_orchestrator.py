@@ -271,6 +271,68 @@ def test_new_vertices_and_srpe_through_the_orchestrator(tmp_path, name):
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("forward", [False, True], ids=["apart", "forwarded"])
+@pytest.mark.parametrize("name", ["gcn", "sage-mean", "sage-max", "gin"])
+def test_srpe_from_stored_states_through_the_orchestrator(tmp_path, name, forward):
+    """Layer 1 of an SRPE graph built from stored states, cut into partitions
+    that mix queries and recomputed candidates: the real memory function reads
+    each recomputed candidate's state row once and adds the request's changed
+    terms; the answers equal the in-process path's (run_layers with states),
+    with Update called apart or through the memory function (forwarded)."""
+    from gnn_faas.functions.checkpoint import checkpoint_sha256
+    from gnn_faas.functions.memory_app import MemoryFunction, MemoryFunctionConfig
+    from gnn_faas.functions.precompute import precompute
+    from gnn_faas.storage.embeddings import EmbeddingStore, StaleEmbeddings
+    from gnn_faas.storage.overlay import GraphOverlay
+    from gnn_faas.storage.srpe_graph import build_srpe_graph
+    from tests.functions.test_srpe_recompute import triangle_request
+
+    fetcher = cora_fetcher(tmp_path / "store")
+    _, update = make_model(name, 2, fetcher, tmp_path)
+    plan = ModelPlan.from_config(update.config)
+    N = fetcher.graph.num_nodes
+    feats, edges, last = triangle_request(fetcher, seed=2)
+    ov = GraphOverlay.build(N, feats, edges, symmetrize=True)
+    sha = checkpoint_sha256(tmp_path / "ckpt")
+    precompute(fetcher.graph, tmp_path / "ckpt", "m")
+    emb = EmbeddingStore.open(fetcher.graph, "m", sha)
+    # room for the test process's own memory: no request re-executed (it would read twice)
+    fn = MemoryFunction(
+        MemoryFunctionConfig(store=f"file://{tmp_path / 'store'}", graph="cora", memory_mb=16384)
+    )
+    compute = InProcessCompute(update, [], threading.Event())
+    memory = RealMemoryFunction(fn)
+    if forward:
+        memory = ForwardingMemory(memory, {"inproc://c": compute})
+    orch = Orchestrator(
+        plan, InProcessPool("m", 1), InProcessPool("c"), budget_bytes=96 * 1024,
+        clients=InProcessClients(memory, compute), forward=forward,
+    )  # fmt: skip
+    targets = np.array([N, last, N + 2, 17, 1200])
+    tr = LocalTransport(fetcher, update, overlay=ov)
+    for budget in (1.0, 0.3):
+        sg = build_srpe_graph(fetcher, targets, 2, budget, overlay=ov, from_state=True)
+        want = run_layers(plan, sg, tr, emb.rows, states=emb.state_rows)
+        before = fn.stats()
+        got, stats = orch.run(sg, overlay=ov, embeddings=emb.rows, state_set=("m", sha))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        assert stats.partitions[0] > 1  # queries and candidates cut into several calls
+        # each recomputed candidate's state row read once, by the memory function
+        after = fn.stats()
+        assert after["reexecutions"] == before["reexecutions"]
+        assert after["state_rows_read"] - before["state_rows_read"] == sg.recomputed.size > 0
+        assert after["state_bytes_read"] > before["state_bytes_read"]
+        if forward:  # every partition's Update went through the memory function
+            assert len(memory.forwarded) == sum(stats.partitions)
+            memory.forwarded.clear()
+        if budget == 1.0 and name == "gcn":  # degrees the request changed were corrected
+            assert (~sg.delta.added).any()
+    with pytest.raises(errors.InvalidRequest, match="embedding set"):
+        orch.run(sg, overlay=ov, embeddings=emb.rows)
+    with pytest.raises(StaleEmbeddings):
+        orch.run(sg, overlay=ov, embeddings=emb.rows, state_set=("m", "0" * 64))
+
+
 class ForwardingMemory:
     """A memory function that, asked to, sends its aggregate to the compute
     function at the URL the orchestrator chose (``computes[url]``) and answers
