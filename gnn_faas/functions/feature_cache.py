@@ -80,6 +80,12 @@ class CacheStats:
     requests: int = 0
     reexecutions: int = 0
     over_limit: int = 0  # requests whose own working set exceeded limit - baseline
+    # the most any request held, as the protocol accounts it (baseline + cache +
+    # its working set, after a re-execution the run that answered): set against
+    # the limit, it shows the headroom the partitioner left (``actual_peak_bytes``
+    # is the last request's working set alone)
+    max_accounted_bytes: int = 0
+    max_peak_bytes: int = 0  # the largest working set of one request
 
 
 def measure_peak(work: Callable[[], T]) -> tuple[T, int]:
@@ -191,6 +197,8 @@ class FeatureCache:
             "requests": s.requests,
             "reexecutions": s.reexecutions,
             "over_limit": s.over_limit,
+            "max_accounted_bytes": s.max_accounted_bytes,
+            "max_peak_bytes": s.max_peak_bytes,
             "capacity_rows": int(self.capacity_rows),
             "rows": int(self.rows),
             "bytes": self.bytes,
@@ -418,6 +426,9 @@ class FeatureCache:
                     ):
                         self.stats.over_limit += 1
                 self.last_actual_peak = peak
+                st = self.stats
+                st.max_peak_bytes = max(st.max_peak_bytes, int(peak))
+                st.max_accounted_bytes = max(st.max_accounted_bytes, self.accounted_bytes(peak))
                 deferred, self._deferred = self._deferred, None
                 self.capacity_rows = self._row_cap(max(predicted, peak))
                 if deferred:
