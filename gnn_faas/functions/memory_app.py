@@ -68,7 +68,7 @@ from gnn_faas.functions.feature_cache import (
     CachePolicy,
     FeatureCache,
 )
-from gnn_faas.functions.memory_limit import detect_memory_limit, rss_bytes
+from gnn_faas.functions.memory_limit import anon_rss_bytes, detect_memory_limit, rss_bytes
 from gnn_faas.functions.metrics import install_metrics, memory_families
 from gnn_faas.functions.peak_predictor import PeakPredictor, RequestShape, bundled_predictor_path
 from gnn_faas.http import (
@@ -534,6 +534,8 @@ class MemoryFunction:
             "read_seconds": reads["read_seconds"],
             "cache": cache,
             "rss_bytes": rss_bytes(),
+            # without the mapped store pages (file store): what the worker allocated
+            "rss_anon_bytes": anon_rss_bytes(),
             "memory_limit_bytes": self.limit_bytes,
             "memory_limit_source": self.limit.source,
             "baseline_bytes": self.cache.baseline_bytes,
