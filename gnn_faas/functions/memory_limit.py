@@ -144,3 +144,26 @@ def anon_rss_bytes(pid: int | None = None) -> int:
         return (int(fields[1]) - int(fields[2])) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
+
+
+# Feature rows are read from the store in chunks of at most limit / STREAM_SHARE
+# needed bytes (KHopFetcher.read_features' max_buffer_bytes): a chunk's read
+# buffer, at most (1 + MAX_OVERREAD) x the chunk, and its gathered rows take up
+# to 3 chunks (24 MiB of 1 GiB) beside the rows of the call.
+STREAM_SHARE = 128
+MIN_STREAM_BYTES = 1 << 16
+STREAM_CHUNKS = 3
+CALL_BOOKKEEPING_BYTES = 1 << 20  # tracemalloc's and the frame decoder's own
+
+
+def feature_stream_bytes(limit_bytes: int) -> int:
+    """Needed bytes of one chunk of a memory function's streamed feature read."""
+    return max(MIN_STREAM_BYTES, int(limit_bytes) // STREAM_SHARE)
+
+
+def call_overhead_bytes(limit_bytes: int) -> int:
+    """What one Aggregate call of a memory function with ``limit_bytes`` holds
+    beyond the partitioner's ``M_V + M_E + M_h`` whatever the part's size: its
+    feature stream's chunks and a MiB of bookkeeping (the answer's frame, a
+    second copy of ``M_h``, grows with the part and is counted there)."""
+    return STREAM_CHUNKS * feature_stream_bytes(limit_bytes) + CALL_BOOKKEEPING_BYTES
