@@ -40,6 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="per-hop sampled fanouts, e.g. 10,10 (as the serving config's fanouts); "
                         "calibrate-graph measures with them, a simulation defaults to the "
                         "calibration's (full neighbourhoods without)")  # fmt: skip
+    p.add_argument("--request-timeout", type=float, default=30.0,
+                   help="seconds a request may take before the platform drops it (default 30, "
+                        "the gateway's request_timeout_s; Knative's revision default is 300, "
+                        "AWS API Gateway's 29)")  # fmt: skip
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--workers", type=int, default=min(os.cpu_count() or 1, 4),
                    help="processes for gnn_faas's buffer pass (default: CPUs, at most 4)")  # fmt: skip
@@ -71,6 +75,8 @@ def _run(args: argparse.Namespace) -> int:
     from gnn_faas.errors import InvalidRequest
 
     args.fanouts = parse_fanouts(args.fanouts)
+    if not args.request_timeout > 0:
+        raise InvalidRequest("--request-timeout must be positive")
     if args.trace == "calibrate":
         from gnn_faas.traces.measure_calibration import calibrate
 

@@ -20,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--graph", default="bitcoin-otc")
     p.add_argument("--model", required=True, help="checkpoint directory")
     p.add_argument("--targets", type=int, default=16, help="requests in the profiled batch")
+    p.add_argument("--fanouts", default=None,
+                   help="per-hop sampled fanouts of the profiled batch, as the serving config's "
+                        "fanouts, e.g. 10,10 (-1: every neighbour; default: the checkpoint's)")  # fmt: skip
     p.add_argument("--slo", type=float, default=0.3)
     p.add_argument("--timeout", type=float, default=0.15, help="buffer wait budget (s)")
     p.add_argument("--max-cores", type=float, default=4.0)
@@ -32,8 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _size(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from gnn_faas.cli.train import parse_fanouts
     from gnn_faas.config import ServingConfig
     from gnn_faas.errors import InvalidRequest
+    from gnn_faas.functions.checkpoint import load_config
+    from gnn_faas.scheduler.sizing.chart import serving_sizes
     from gnn_faas.scheduler.sizing.function_sizing import (
         exhaustive,
         size_functions,
@@ -48,7 +54,8 @@ def _size(args: argparse.Namespace) -> int:
     graph = open_graph(store, args.graph)
     order = graph.read_blob("request_order") if graph.has("request_order") else None
     targets = order[: args.targets] if order is not None else np.arange(args.targets)
-    found = profile_stages(graph, args.model, targets, args.repeats, args.max_cores)
+    fanouts = parse_fanouts(args.fanouts)
+    found = profile_stages(graph, args.model, targets, args.repeats, args.max_cores, fanouts)
     if args.profile_out:
         found.profile.save(args.profile_out)
     stages = stages_from_profile(found.profile, found.rows, found.memory_mb)
@@ -63,6 +70,9 @@ def _size(args: argparse.Namespace) -> int:
         "exhaustive": ex.as_dict(),
         "cost_ratio": bo.cost / ex.cost if ex.cost else None,
     }
+    # the model keys of a serving config (gnn-faas up --config) for these sizes
+    used = fanouts if fanouts is not None else load_config(args.model).fanouts
+    out["serving"] = {**serving_sizes(out), "fanouts": None if used is None else list(used)}
     json.dump(out, sys.stdout, indent=2, sort_keys=True)
     sys.stdout.write("\n")
     return 0

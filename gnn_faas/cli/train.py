@@ -58,6 +58,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--batch-size", type=int, default=512, help="mini-batch size (default 512)")
     p.add_argument(
+        "--max-split-vertices",
+        type=int,
+        default=None,
+        help="at most N vertices of each split part (train, val, test), a seeded sample: "
+        "a quick model of a graph of millions of vertices (default: all)",
+    )
+    p.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: half the CPUs, <= 4)"
     )
     p.add_argument("--store", default=None, help="store URI (default: file://./var/store)")
@@ -78,8 +85,8 @@ def _train(args: argparse.Namespace) -> int:
 
     if args.threads is not None and args.threads < 1:
         raise InvalidRequest("--threads must be >= 1")
-    for name in ("layers", "hidden", "epochs", "heads", "batch_size"):
-        if getattr(args, name) < 1:
+    for name in ("layers", "hidden", "epochs", "heads", "batch_size", "max_split_vertices"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise InvalidRequest(f"--{name.replace('_', '-')} must be >= 1")
     opts = TrainOptions(
         dataset=args.dataset,
@@ -99,6 +106,7 @@ def _train(args: argparse.Namespace) -> int:
         split=args.split,
         fanouts=parse_fanouts(args.fanouts),
         batch_size=args.batch_size,
+        max_split_vertices=args.max_split_vertices,
         threads=args.threads,
     )
     print(summary_line(train(opts)))

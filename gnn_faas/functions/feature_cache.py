@@ -95,6 +95,12 @@ class CacheStats:
     reexecutions: int = 0
     over_limit: int = 0  # requests whose own working set exceeded limit - baseline
     traced: int = 0  # requests whose peak was measured (the others were bounded)
+    # the most any request held, as the protocol accounts it (baseline + cache +
+    # its working set, after a re-execution the run that answered): set against
+    # the limit, it shows the headroom the partitioner left (``actual_peak_bytes``
+    # is the last request's working set alone)
+    max_accounted_bytes: int = 0
+    max_peak_bytes: int = 0  # the largest working set of one request
 
 
 def measure_peak(work: Callable[[], T]) -> tuple[T, int]:
@@ -208,6 +214,8 @@ class FeatureCache:
             "reexecutions": s.reexecutions,
             "over_limit": s.over_limit,
             "traced": s.traced,
+            "max_accounted_bytes": s.max_accounted_bytes,
+            "max_peak_bytes": s.max_peak_bytes,
             "capacity_rows": int(self.capacity_rows),
             "rows": int(self.rows),
             "bytes": self.bytes,
@@ -415,6 +423,9 @@ class FeatureCache:
             try:
                 result, peak = self._execute(work, bound)
                 self.last_actual_peak = peak
+                st = self.stats
+                st.max_peak_bytes = max(st.max_peak_bytes, int(peak))
+                st.max_accounted_bytes = max(st.max_accounted_bytes, self.accounted_bytes(peak))
                 deferred, self._deferred = self._deferred, None
                 self.capacity_rows = self._row_cap(max(reserve, peak))
                 if deferred:

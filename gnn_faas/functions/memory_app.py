@@ -76,7 +76,12 @@ from gnn_faas.functions.feature_cache import (
     CachePolicy,
     FeatureCache,
 )
-from gnn_faas.functions.memory_limit import detect_memory_limit, rss_bytes
+from gnn_faas.functions.memory_limit import (
+    anon_rss_bytes,
+    detect_memory_limit,
+    feature_stream_bytes,
+    rss_bytes,
+)
 from gnn_faas.functions.metrics import install_metrics, memory_families
 from gnn_faas.functions.peak_predictor import PeakPredictor, RequestShape, bundled_predictor_path
 from gnn_faas.http import (
@@ -370,15 +375,6 @@ class UpdateForwarder:
         return reply.content
 
 
-# Feature rows are read from the store in chunks of at most limit / STREAM_SHARE
-# needed bytes (KHopFetcher.read_features' max_buffer_bytes): a chunk's read
-# buffer, at most (1 + MAX_OVERREAD) x the chunk, and its gathered rows take
-# 3/128 of the limit (24 MiB of 1 GiB), inside the runtime's headroom
-# (scheduler/sizing/function_memory.py: 96 MiB reserved, ~58 MiB resident).
-STREAM_SHARE = 128
-MIN_STREAM_BYTES = 1 << 16
-
-
 # -- the instance --------------------------------------------------------------------
 class MemoryFunction:
     """State of one memory function worker (graph, fetcher, cache, figures)."""
@@ -398,7 +394,9 @@ class MemoryFunction:
         degree = (lambda ids: self.fetcher.read_rows("degree", ids)) if has_degree else None
         self.limit = detect_memory_limit(cfg.memory_mb)
         self.limit_bytes = int(self.limit.bytes / max(1, cfg.workers))
-        self.stream_bytes = max(MIN_STREAM_BYTES, self.limit_bytes // STREAM_SHARE)
+        # the feature read streams in chunks of a fixed share of the limit
+        # (memory_limit.feature_stream_bytes; the partitioner counts them)
+        self.stream_bytes = feature_stream_bytes(self.limit_bytes)
         self.predictor = load_predictor(cfg.predictor, cfg.graph, self.feature_dim)
         prior = self._fap_prior() if cfg.cache_prior == "fap" else None
         self.cache = FeatureCache(
@@ -659,6 +657,8 @@ class MemoryFunction:
             "read_seconds": reads["read_seconds"],
             "cache": cache,
             "rss_bytes": rss_bytes(),
+            # without the mapped store pages (file store): what the worker allocated
+            "rss_anon_bytes": anon_rss_bytes(),
             "memory_limit_bytes": self.limit_bytes,
             "memory_limit_source": self.limit.source,
             "baseline_bytes": self.cache.baseline_bytes,

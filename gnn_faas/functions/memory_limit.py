@@ -129,3 +129,41 @@ def rss_bytes(pid: int | None = None) -> int:
         import psutil
 
         return int(psutil.Process(pid).memory_info().rss)
+
+
+def anon_rss_bytes(pid: int | None = None) -> int:
+    """The private (anonymous) part of a process's resident set: ``resident -
+    shared`` of ``/proc/PID/statm``. What a process allocated itself, without
+    the pages of files it maps: a memory function on the file store maps the
+    graph's blobs, and every store page it touched (with the kernel's
+    fault-around, 64 KiB a fault) counts in its RSS while staying page cache,
+    shared and reclaimable. 0 where ``/proc`` is absent."""
+    try:
+        with open(f"/proc/{pid or 'self'}/statm") as f:
+            fields = f.read().split()
+        return (int(fields[1]) - int(fields[2])) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+# Feature rows are read from the store in chunks of at most limit / STREAM_SHARE
+# needed bytes (KHopFetcher.read_features' max_buffer_bytes): a chunk's read
+# buffer, at most (1 + MAX_OVERREAD) x the chunk, and its gathered rows take up
+# to 3 chunks (24 MiB of 1 GiB) beside the rows of the call.
+STREAM_SHARE = 128
+MIN_STREAM_BYTES = 1 << 16
+STREAM_CHUNKS = 3
+CALL_BOOKKEEPING_BYTES = 1 << 20  # tracemalloc's and the frame decoder's own
+
+
+def feature_stream_bytes(limit_bytes: int) -> int:
+    """Needed bytes of one chunk of a memory function's streamed feature read."""
+    return max(MIN_STREAM_BYTES, int(limit_bytes) // STREAM_SHARE)
+
+
+def call_overhead_bytes(limit_bytes: int) -> int:
+    """What one Aggregate call of a memory function with ``limit_bytes`` holds
+    beyond the partitioner's ``M_V + M_E + M_h`` whatever the part's size: its
+    feature stream's chunks and a MiB of bookkeeping (the answer's frame, a
+    second copy of ``M_h``, grows with the part and is counted there)."""
+    return STREAM_CHUNKS * feature_stream_bytes(limit_bytes) + CALL_BOOKKEEPING_BYTES

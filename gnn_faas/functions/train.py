@@ -71,6 +71,9 @@ class TrainOptions:
     fanouts: tuple[int, ...] | None = None  # given: sampled mini-batches
     batch_size: int = 512
     full_batch_max_nodes: int = 100_000
+    # at most this many vertices of each split part (train, val, test), a seeded
+    # sample: a quick model of a graph of millions of vertices (None: all)
+    max_split_vertices: int | None = None
     threads: int | None = None  # torch intra-op threads; None: default_threads()
 
 
@@ -150,6 +153,27 @@ def _graph_arrays(g: GraphHandle) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     feats = np.array(g.read_blob("features"), dtype=np.float32)  # writable copy for torch
     labels = g.read_blob("labels").astype(np.int64)
     return indptr, indices, feats, labels
+
+
+def _labels(g: GraphHandle) -> np.ndarray:
+    if not g.has("labels"):
+        raise InvalidRequest(f"graph {g.name!r} has no labels: cannot train a vertex classifier")
+    return g.read_blob("labels").astype(np.int64)
+
+
+def limit_split(split: Split, max_vertices: int | None, seed: int) -> Split:
+    """Each part of ``split`` cut to a seeded sample of at most ``max_vertices``
+    (sorted, so the sample is a subset in the split's order)."""
+    if max_vertices is None:
+        return split
+    rng = np.random.default_rng(seed)
+
+    def cut(ids: np.ndarray) -> np.ndarray:
+        if ids.size <= max_vertices:
+            return ids
+        return np.sort(rng.choice(ids, max_vertices, replace=False))
+
+    return Split(cut(split.train), cut(split.val), cut(split.test), split.kind)
 
 
 def train(opts: TrainOptions) -> dict:
@@ -233,16 +257,19 @@ def _full_batch(opts, g, model, optim, arrays, split, class_weight) -> StepFns:
     return epoch_step, predict
 
 
-def _mini_batch(opts, g, model, optim, arrays, split, class_weight, fanouts) -> StepFns:
-    """``(epoch_step, predict)`` on batches expanded by the serving sampler."""
-    _, _, feats, labels = arrays
+def _mini_batch(opts, g, model, optim, labels, split, class_weight, fanouts) -> StepFns:
+    """``(epoch_step, predict)`` on batches expanded by the serving sampler.
+    A batch's input rows are read from the store as serving reads them, so
+    memory follows the batch, not the graph (5.3 GB of features at
+    stackoverflow scale are never loaded whole)."""
     fetcher = KHopFetcher(g)
     rng = np.random.default_rng(opts.seed)
     epoch_no = [0]
 
     def batch_logits(ids: np.ndarray, seed: int) -> tuple[torch.Tensor, np.ndarray]:
         cg = fetcher.fetch(ids, opts.layers, fanouts=fanouts, seed=seed)
-        xb = torch.from_numpy(feats[cg.input_nodes])
+        rows = fetcher.read_features(cg.input_nodes)
+        xb = torch.from_numpy(rows if rows.flags.writeable else rows.copy())
         return model(xb, cg_edge_index(cg))[: cg.layer_sizes[-1]], cg.targets
 
     def epoch_step() -> float:
@@ -298,13 +325,15 @@ def _train(opts: TrainOptions) -> dict:
     store = opts.store or default_store()
     out = opts.out or str(var_dir() / "models" / f"{opts.dataset}-{opts.arch}")
     g = ensure_dataset(store, opts.dataset, opts.from_dir)
-    arrays = _graph_arrays(g)
-    labels = arrays[3]
+    labels = _labels(g)
     num_classes = int(g.manifest.num_classes or labels.max() + 1)
     if opts.epochs < 1:
         raise InvalidRequest("epochs must be >= 1")
-    split = _split(opts, labels, num_classes)
-    config, mini_batch = _model_config(opts, g, int(arrays[2].shape[1]), num_classes)
+    if opts.max_split_vertices is not None and opts.max_split_vertices < 1:
+        raise InvalidRequest("max_split_vertices must be >= 1")
+    split = limit_split(_split(opts, labels, num_classes), opts.max_split_vertices, opts.seed)
+    in_dim = int(np.prod(g.info("features").shape[1:], dtype=np.int64))
+    config, mini_batch = _model_config(opts, g, in_dim, num_classes)
 
     torch.manual_seed(opts.seed)
     model = build_model(config, dropout=opts.dropout, cached=not mini_batch)
@@ -317,9 +346,9 @@ def _train(opts: TrainOptions) -> dict:
         return balanced_accuracy(pred[idx], labels[idx], num_classes)
 
     if mini_batch:
-        steps = _mini_batch(opts, g, model, optim, arrays, split, class_weight, config.fanouts)
+        steps = _mini_batch(opts, g, model, optim, labels, split, class_weight, config.fanouts)
     else:
-        steps = _full_batch(opts, g, model, optim, arrays, split, class_weight)
+        steps = _full_batch(opts, g, model, optim, _graph_arrays(g), split, class_weight)
     best_epoch, loss, pred = _fit(model, steps, score, split, opts.epochs)
     figures = {
         "split": split.kind,

@@ -254,6 +254,9 @@ class ModelRuntime:
                 "num_nodes": self.graph.num_nodes,
                 "arch": cfg.arch,
                 "num_layers": cfg.num_layers,
+                # the per-hop sample the k-hop fetch takes (None: every neighbour),
+                # so a replay models the fetches this model makes
+                "fanouts": None if self.fanouts is None else [int(f) for f in self.fanouts],
                 "slo_s": self.model.slo_s,
                 "mode": self.model.mode,
                 "embeddings": self.model.embeddings,

@@ -29,7 +29,8 @@ import numpy as np
 from gnn_faas import errors
 from gnn_faas.functions.client import CallTiming, ComputeClient, MemoryClient, aggregate_step
 from gnn_faas.functions.layer_plan import LayerStep, ModelPlan
-from gnn_faas.scheduler.partitioner import partition_layer
+from gnn_faas.functions.memory_limit import call_overhead_bytes
+from gnn_faas.scheduler.partitioner import LayerPartition, partition_layer
 from gnn_faas.storage.computation_graph import Block, ComputationGraph
 from gnn_faas.storage.overlay import GraphOverlay
 from gnn_faas.storage.srpe_graph import SrpeGraph, extend_sources
@@ -204,6 +205,15 @@ class Orchestrator:
         # memory functions send their aggregate straight to the compute function
         # (module docstring); off where they cannot reach its instance URLs
         self.forward = bool(forward)
+
+    def partition(self, block: Block, row_in: int, row_out: int) -> LayerPartition:
+        """A layer's parts for this orchestrator's memory functions: the formula,
+        plus what a memory function's call holds beyond it (its feature
+        stream and the answer's frame), so each call stays inside the limit."""
+        return partition_layer(
+            block, row_in, row_out, self.budget_bytes, self.runtime_bytes,
+            overhead_bytes=call_overhead_bytes(self.budget_bytes), answer_copies=2,
+        )  # fmt: skip
 
     # -- single calls ------------------------------------------------------------
     # ``inline``: the call runs on this thread when an instance is idle (the
@@ -443,7 +453,7 @@ class Orchestrator:
             pre_next = fuse and i + 1 < len(steps) and steps[i + 1].pre
             row_in = step.src_dim * 4
             row_out = step.agg_dim * 4
-            parts = partition_layer(block, row_in, row_out, self.budget_bytes, self.runtime_bytes)
+            parts = self.partition(block, row_in, row_out)
             stats.partitions.append(len(parts))
             # the last partition runs on this thread (the others are out on the
             # pools by then): a lone request's calls need no pool hand-off

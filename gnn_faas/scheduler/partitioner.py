@@ -19,6 +19,15 @@ many rows and edges the budget can hold at all, so the total work is
 flagged in :attr:`LayerPartition.oversized`. A layer that fits whole, counted
 as reading every one of its sources, is one part without the scan (a lone
 request's layer, usually).
+
+A live memory function holds more than the formula while it aggregates a part:
+its streamed feature read (a few chunks of a fixed share of its limit) and the
+answer's frame (a second copy of ``M_h``). The orchestrator passes them
+(``overhead_bytes``, ``answer_copies=2``, from
+:func:`gnn_faas.functions.memory_limit.call_overhead_bytes`), so a part that
+fits the budget keeps the whole call inside the function's memory; without
+them, a hub's parts on stackoverflow-like packed to a 1 GiB budget measured
+1,048 MiB live (baseline + working set).
 """
 
 from __future__ import annotations
@@ -77,11 +86,20 @@ def partition_layer(
     runtime_bytes: int,
     *,
     include_self: bool = True,
+    overhead_bytes: int = 0,
+    answer_copies: int = 1,
 ) -> LayerPartition:
     """Contiguous destination row ranges ``[a, b)`` of ``block`` covering
-    ``0..num_dst`` in order, each within ``budget_bytes`` (see module doc)."""
+    ``0..num_dst`` in order, each within ``budget_bytes`` (see module doc).
+    ``overhead_bytes`` is added to every part beside the runtime, and the
+    output rows are counted ``answer_copies`` times (the memory function's
+    call holds the answer and its frame)."""
     if budget_bytes <= 0 or runtime_bytes < 0 or row_bytes_in < 0 or row_bytes_out < 0:
         raise InvalidRequest("budget must be positive and sizes non-negative")
+    if overhead_bytes < 0 or answer_copies < 1:
+        raise InvalidRequest("overhead must be non-negative and answer_copies >= 1")
+    runtime_bytes = runtime_bytes + overhead_bytes
+    row_bytes_out = row_bytes_out * answer_copies
     n = block.num_dst
     indptr = np.asarray(block.indptr, dtype=np.int64)
     free = budget_bytes - runtime_bytes

@@ -257,25 +257,37 @@ def replay_window(trace_name: str, args: argparse.Namespace) -> tuple[LiveRun, d
                       timeout_s=args.timeout, progress=not args.no_progress,
                       warmup_s=trace.warmup_s)  # fmt: skip
     run.summary.update(trace=trace_name, graph=graph_name, mode=mode)
+    fanouts = served_fanouts(params)
     storage_model = live_storage(run, graph, int(params.get("num_layers", 2)), mode, prices,
-                                 trace.measured_s)  # fmt: skip
+                                 trace.measured_s, fanouts)  # fmt: skip
     sim_runs: dict = {}
     if args.predict:
         warm = (run.full, targets) if getattr(args, "fit_warmup", False) else None
-        run.summary["simulated"], sim_runs = predict(trace, graph, args, slo, prices, mode, warm)
+        run.summary["simulated"], sim_runs = predict(trace, graph, args, slo, prices, mode, warm,
+                                                     fanouts)  # fmt: skip
         sim = run.summary["simulated"]["policies"]
         for name, st in storage_per_policy(sim, storage_model, prices, trace.measured_s).items():
             sim[name]["storage"] = st
     return run, sim_runs, trace.measured_s
 
 
+def served_fanouts(params: dict) -> tuple[int, ...] | None:
+    """The served model's per-hop sample from its metadata (``None``: every
+    neighbour, also when every entry is ``-1``)."""
+    fanouts = params.get("fanouts")
+    if not fanouts or not any(int(f) >= 0 for f in fanouts):
+        return None
+    return tuple(int(f) for f in fanouts)
+
+
 def live_storage(run: LiveRun, graph: Any, hops: int, mode: str, prices: dict,
-                 duration_s: float) -> Any:  # fmt: skip
+                 duration_s: float, fanouts: tuple[int, ...] | None = None) -> Any:  # fmt: skip
     """The live run's storage requests and dollars (``storage`` in its summary),
     modelled as the simulator's policy for the mode: one fetch per execution
     (:func:`gnn_faas.traces.cost.policy_storage_requests`, rows per fetch
-    those of a single request); returns the per-fetch model."""
-    model = measure_fetch_requests(graph, hops, request_order(graph))
+    those of a single request, sampled with the served model's ``fanouts``);
+    returns the per-fetch model."""
+    model = measure_fetch_requests(graph, hops, request_order(graph), fanouts=fanouts)
     r = run.result
     ok = np.flatnonzero(r.status == 200)
     executions = np.unique([r.execution[i] or f"r{i}" for i in ok]).size
@@ -305,16 +317,18 @@ def warmup_calibration(cal: Any, graph: Any, full: Any, targets: np.ndarray,
     return cal.refit(executions, share, f"warm-up of the live replay ({warmup_s:g} s)")
 
 
-def predict(trace, graph, args, slo, prices, mode, warm=None) -> tuple[dict, dict]:
+def predict(trace, graph, args, slo, prices, mode, warm=None,
+            fanouts=None) -> tuple[dict, dict]:  # fmt: skip
     """The simulator on the same window: the policy modelling the live mode
     first (``prediction``), then the rest for the cost comparison. ``warm``:
-    ``(whole replay, targets)`` to refit the profile on the warm-up first."""
+    ``(whole replay, targets)`` to refit the profile on the warm-up first;
+    ``fanouts``: the served model's sample (the requests' k-hop sets)."""
     cal = (
         Calibration.load(args.calibration) if args.calibration else Calibration.bundled(graph.name)
     )
     if warm is not None:
         cal = warmup_calibration(cal, graph, *warm, trace.warmup_s)
-    setup = setup_simulation(trace, graph, cal, slo)
+    setup = setup_simulation(trace, graph, cal, slo, fanouts=fanouts)
     main = MODE_POLICY.get(mode, "gnn_faas")
     names = [main] + [p for p in parse_policies(args.policies) if p != main]
     runs = {n: r.after(trace.warmup_s) for n, r in simulate(setup, names).items()}

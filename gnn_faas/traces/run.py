@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from gnn_faas.config import BufferSettings, ModelServingConfig, ServingConfig
+from gnn_faas.config import BufferSettings, GatewayConfig, ModelServingConfig, ServingConfig
 from gnn_faas.errors import InvalidRequest, NotFound
 from gnn_faas.gateway.buffer_pool import BufferConfig
 from gnn_faas.gateway.timeout_configurator import load_configurator
@@ -46,10 +46,12 @@ def setup_simulation(
     buffer_settings: Any = None,
     workers: int = 1,
     fanouts: Sequence[int] | None = None,
+    timeout_s: float = 30.0,
 ) -> Any:
     """The policies' shared setup: the stream with k-hop sets (sampled with
     ``fanouts``, full without) and the gateway's buffer configuration and
-    timeout configurator for the graph."""
+    timeout configurator for the graph. ``timeout_s``: the platform's request
+    timeout (a request whose answer would come later is dropped)."""
     if trace.requests == 0:
         raise InvalidRequest(f"the {trace.name} trace window holds no arrivals")
     slo = slo_s or calibration.slo_s
@@ -65,6 +67,7 @@ def setup_simulation(
         configurator=configurator,
         policy_cls=policy_cls or LoadAwarePolicy,
         workers=max(1, int(workers)),
+        timeout_s=float(timeout_s),
     )
 
 
@@ -81,6 +84,13 @@ def simulation_fanouts(args: argparse.Namespace, calibration: Calibration) -> tu
     if fanouts is not None and not any(f >= 0 for f in fanouts):
         return None
     return fanouts
+
+
+def request_timeout(args: argparse.Namespace) -> float:
+    """``--request-timeout`` (seconds), else the gateway's default
+    ``request_timeout_s`` (30 s)."""
+    given = getattr(args, "request_timeout", None)
+    return float(given) if given is not None else GatewayConfig().request_timeout_s
 
 
 def buffer_settings(args: argparse.Namespace) -> Any:
@@ -148,7 +158,8 @@ def simulate_frontier(trace_name: str, args: argparse.Namespace) -> dict:
     trace = load_trace(trace_name, args)
     graph, _ = open_prepared_graph(args.graph, args.store)
     fanouts = simulation_fanouts(args, cal)
-    setup = setup_simulation(trace, graph, cal, args.slo, workers=args.workers, fanouts=fanouts)
+    setup = setup_simulation(trace, graph, cal, args.slo, workers=args.workers, fanouts=fanouts,
+                             timeout_s=request_timeout(args))  # fmt: skip
     slo = setup.buffer_config.slo_s
 
     def summary(run) -> dict:
@@ -191,7 +202,7 @@ def simulate_trace(trace_name: str, args: argparse.Namespace) -> dict:
     fanouts = simulation_fanouts(args, cal)
     setup = setup_simulation(
         trace, graph, cal, args.slo, buffer_settings=buffer_settings(args), workers=args.workers,
-        fanouts=fanouts,
+        fanouts=fanouts, timeout_s=request_timeout(args),
     )  # fmt: skip
     update, close = progress_bar(trace.requests, not args.no_progress and not args.json, "gnn_faas")
     runs = simulate(setup, policies, update)

@@ -40,6 +40,22 @@ def test_size_profiles_stages_and_bayes_opt_is_near_exhaustive(tmp_path, capsys)
     # a quarter core is four times slower than one core (a CPU quota)
     t1 = profile.latency("aggregate-1", 1.0, out["layer_sizes"][1])
     assert profile.latency("aggregate-1", 0.25, out["layer_sizes"][1]) == pytest.approx(4 * t1)
+    # the sizes as a serving config's model keys: the largest stage of each kind
+    serving = out["serving"]
+    assert serving["memory_function_mb"] == max(out["memory_mb"][f"aggregate-{i}"] for i in (1, 2))
+    assert serving["compute_function_mb"] == max(out["memory_mb"][f"update-{i}"] for i in (1, 2))
+    assert serving["memory_vcpus"] == max(bo["cores"][f"aggregate-{i}"] for i in (1, 2))
+    assert serving["compute_vcpus"] == max(bo["cores"][f"update-{i}"] for i in (1, 2))
+    assert serving["fanouts"] is None  # the checkpoint's: full neighbourhoods
+    # sampled as a serving config's fanouts: each hop holds at most 3 neighbours a vertex
+    assert main(argv + ["--fanouts", "3,3"]) == 0
+    sampled = json.loads(capsys.readouterr().out)
+    sizes = sampled["layer_sizes"]
+    assert sizes[2] <= 8 and sizes[1] <= sizes[2] * 4 and sizes[0] <= sizes[1] * 4
+    assert sizes[0] < out["layer_sizes"][0]
+    assert sampled["serving"]["fanouts"] == [3, 3]
+    assert main(argv + ["--fanouts", "3"]) == 2  # one fanout per layer
+    assert "one fanout per hop" in capsys.readouterr().err
 
 
 def test_size_rejects_a_timeout_beyond_the_slo(tmp_path, capsys):

@@ -181,10 +181,16 @@ def test_memory_ceiling_holds_over_a_random_request_stream(predictor, fetcher, f
     cache = FeatureCache(n, dim, degree=degree, limit_bytes=limit, baseline_bytes=2**20,
                          predictor=model)  # fmt: skip
     rng = np.random.default_rng(3)
+    most, largest = 0, 0
     for _, cg in request_stream(fetcher, 80, seed=1):
         call, work = aggregate_work(cache, fetcher, cg)
         out = cache.run(work, call.shape(dim), pinned=call.src_ids)
         assert cache.accounted_bytes(cache.last_actual_peak) <= limit
+        largest = max(largest, cache.last_actual_peak)
+        most = max(most, cache.stats.max_accounted_bytes)
+        # the stream's most: over every request so far, within the limit
+        assert cache.stats.max_peak_bytes == largest
+        assert most == cache.stats.max_accounted_bytes <= limit
         if rng.random() < 0.2:  # and the answers stay right
             ref = aggregate(
                 "gcn", call.block, features[call.src_ids], deg_src=call.extras["deg_src"]
@@ -192,6 +198,7 @@ def test_memory_ceiling_holds_over_a_random_request_stream(predictor, fetcher, f
             np.testing.assert_allclose(out["agg"], ref, rtol=1e-6)
     s = cache.stats
     assert s.over_limit == 0 and s.evictions > 0
+    assert cache.as_dict()["max_accounted_bytes"] == s.max_accounted_bytes >= 2**20 + largest
     if predictor == "too-low":  # a request bigger than the room the cache left re-executes
         assert s.reexecutions > 0
     resident_rows_are_correct(cache, features)

@@ -171,6 +171,7 @@ def test_stats_report_the_instance_figures(client):
     assert s["bytes_read"] > 0 and s["round_trips"] > 0 and s["requests"] > 0
     assert s["cache"]["rows"] * 512 <= s["cache"]["bytes"]  # 128 float32 per row
     assert s["actual_peak_bytes"] > 0 and s["rss_bytes"] > 0
+    assert 0 < s["rss_anon_bytes"] <= s["rss_bytes"]
 
 
 def _agg(cg, **over):

@@ -9,6 +9,7 @@ import pytest
 
 from gnn_faas.errors import InvalidRequest
 from gnn_faas.functions.memory_limit import (
+    anon_rss_bytes,
     cgroup_memory_limit,
     detect_memory_limit,
     physical_memory_bytes,
@@ -86,3 +87,28 @@ def test_this_machine_and_rss():
     rss = rss_bytes()
     assert 10 * MiB < rss < lim.bytes
     assert rss_bytes(os.getpid()) > 0
+
+
+def test_anon_rss_leaves_out_mapped_file_pages(tmp_path):
+    """A mapped file's touched pages count in RSS, not in the private part
+    (a memory function on the file store maps the graph's blobs)."""
+    import mmap
+
+    import numpy as np
+
+    path = tmp_path / "blob"
+    path.write_bytes(np.arange(8 * MiB // 8, dtype=np.int64).tobytes())  # in the page cache now
+    with open(path, "rb") as fh:
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        view = np.frombuffer(mm, dtype=np.uint8)
+        rss0, anon0 = rss_bytes(), anon_rss_bytes()
+        assert 0 < anon0 <= rss0
+        touched = int(view[:: mmap.PAGESIZE].sum())  # one byte a page: every page mapped
+        rss1, anon1 = rss_bytes(), anon_rss_bytes()
+        assert touched >= 0
+        assert rss1 - rss0 >= 6 * MiB  # the file's pages are resident in this process
+        assert anon1 - anon0 < 2 * MiB  # but not private memory
+        del view
+    finally:
+        mm.close()

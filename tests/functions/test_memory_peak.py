@@ -91,3 +91,53 @@ def test_a_hub_partitioned_aggregate_stays_within_its_part(reddit_like):
         for peak in (fn.cache.last_actual_peak, call_peak):
             assert 0 < peak <= bound, (a, b, peak / MIB, bound / MIB)
             assert peak < 2 * (formula - runtime_mb * MIB)
+
+
+def _run_parts(uri: str, graph: str, block, cg, parts, memory_mb: float, runtime_mb: float):
+    """Every part of ``parts`` through a fresh memory function whose measured
+    baseline is exactly the runtime the partitioner assumed; its cache's stats."""
+    fn = MemoryFunction(
+        MemoryFunctionConfig(uri, graph, memory_mb=memory_mb, baseline_mb=runtime_mb)
+    )
+    for a, b in parts:
+        sub, src_sel = compact_rows(block, a, b)
+        tensors = {
+            "indptr": np.asarray(sub.indptr, np.int64),
+            "indices": np.asarray(sub.indices, np.int64),
+            "src_ids": cg.nodes[src_sel],
+            "deg_src": cg.in_degree[src_sel],
+            "deg_dst": cg.in_degree[a:b],
+        }
+        params = {"op": "gcn", "num_dst": b - a, "dst_offset": 0}
+        fn.aggregate_request(*decode_frame(encode_frame(tensors, params)))
+    return fn.cache.stats
+
+
+def test_the_orchestrators_parts_keep_every_call_inside_the_limit(reddit_like):
+    """A hub's layer cut as the orchestrator cuts it (the formula plus the
+    memory function's feature stream and answer frame) runs every part within
+    the limit, the cache on: no re-execution, nothing over. Cut by the formula
+    alone, parts packed to the budget leave no room for those and overflow."""
+    from gnn_faas.functions.layer_plan import ModelPlan
+    from gnn_faas.functions.model_config import ModelConfig
+    from gnn_faas.scheduler.orchestrator import Orchestrator
+
+    runtime_mb, memory_mb = 32.0, 36.0
+    graph = open_graph(reddit_like, "reddit-like")
+    hub = int(np.argmax(np.diff(graph.read_blob("indptr"))))
+    cg = KHopFetcher(graph).fetch([hub], 2, degrees=True)
+    block = cg.block(1)
+    row = graph.manifest.feature_dim * 4
+    cfg = ModelConfig(arch="gcn", in_dim=graph.manifest.feature_dim, hidden_dim=8, out_dim=4,
+                      num_layers=2)  # fmt: skip
+    orch = Orchestrator(ModelPlan.from_config(cfg), None, None,
+                        budget_bytes=int(memory_mb * MIB), runtime_bytes=int(runtime_mb * MIB))  # fmt: skip
+    parts = orch.partition(block, row, row)
+    formula = partition_layer(block, row, row, int(memory_mb * MIB), int(runtime_mb * MIB))
+    assert len(parts) > len(formula) > 1 and not parts.oversized
+    assert [p[0] for p in parts][0] == 0 and parts[-1][1] == block.num_dst  # covers the layer
+    stats = _run_parts(reddit_like, "reddit-like", block, cg, parts, memory_mb, runtime_mb)
+    assert stats.reexecutions == 0 and stats.over_limit == 0
+    assert 0 < stats.max_accounted_bytes <= memory_mb * MIB
+    tight = _run_parts(reddit_like, "reddit-like", block, cg, formula, memory_mb, runtime_mb)
+    assert tight.reexecutions > 0 and tight.max_accounted_bytes > memory_mb * MIB

@@ -11,7 +11,12 @@ from sklearn.metrics import balanced_accuracy_score
 from gnn_faas.cli import main
 from gnn_faas.functions.checkpoint import load_config
 from gnn_faas.functions.executor import LocalTransport, run_layers
-from gnn_faas.functions.train import balanced_accuracy, planetoid_split, stratified_split
+from gnn_faas.functions.train import (
+    balanced_accuracy,
+    limit_split,
+    planetoid_split,
+    stratified_split,
+)
 from gnn_faas.functions.update import UpdateModel
 from gnn_faas.paths import BUNDLED_DATA
 from gnn_faas.storage.datasets import ensure_dataset
@@ -43,6 +48,18 @@ def test_stratified_split(cora_labels):
     total = np.bincount(cora_labels)
     for idx, frac in ((s.train, 0.6), (s.val, 0.2)):
         assert np.all(np.abs(np.bincount(cora_labels[idx], minlength=7) - frac * total) <= 1)
+
+
+def test_limit_split_samples_each_part(cora_labels):
+    s = stratified_split(cora_labels, seed=0)
+    cut = limit_split(s, 100, seed=1)
+    for part, whole in ((cut.train, s.train), (cut.val, s.val), (cut.test, s.test)):
+        assert part.size == 100 and np.isin(part, whole).all()
+        assert np.array_equal(part, np.unique(part))  # sorted, distinct
+    assert np.array_equal(limit_split(s, 100, seed=1).train, cut.train)  # seeded
+    assert limit_split(s, None, seed=1) is s
+    small = limit_split(s, 10_000, seed=1)  # parts below the cap are kept whole
+    assert np.array_equal(small.test, s.test)
 
 
 def test_balanced_accuracy_matches_sklearn():
@@ -114,6 +131,8 @@ def test_sampled_mini_batch_training(tmp_path, capsys):
         "8",
         "--batch-size",
         "70",
+        "--max-split-vertices",
+        "300",
         "--store",
         store,
         "--out",
@@ -121,6 +140,8 @@ def test_sampled_mini_batch_training(tmp_path, capsys):
     )
     assert rc == 0, err
     assert summary["training"] == "mini-batch" and summary["epochs"] == 3
+    # planetoid: 140 training vertices stay, validation (500) and test (1000) are cut
+    assert (summary["num_train"], summary["num_val"], summary["num_test"]) == (140, 300, 300)
     assert 0.0 <= summary["test_accuracy"] <= 1.0
     cfg = load_config(tmp_path / "ck")
     assert cfg.fanouts == (5, 5) and cfg.extra["training"] == "mini-batch"
@@ -154,3 +175,7 @@ def test_train_errors(tmp_path, capsys):
     assert rc == 2 and "--epochs must be >= 1" in err
     rc, _, err = run_train(capsys, "--dataset", "cora", "--arch", "gcn", "--threads", "0")
     assert rc == 2 and "--threads must be >= 1" in err
+    rc, _, err = run_train(
+        capsys, "--dataset", "cora", "--arch", "gcn", "--store", store, "--max-split-vertices", "0"
+    )
+    assert rc == 2 and "--max-split-vertices must be >= 1" in err

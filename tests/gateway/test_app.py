@@ -104,6 +104,7 @@ def test_versioned_routes_serve_the_listed_version_and_404_another(live_gateway,
     base = f"{gw.url}/v2/models/{gw.model}"
     meta = requests.get(base, timeout=10).json()
     assert meta["versions"] == ["1"]
+    assert meta["parameters"]["fanouts"] is None  # served with full neighbourhoods
     assert requests.get(f"{base}/versions/1", timeout=10).json() == meta
     assert triton.get_model_metadata(gw.model, model_version="1") == meta
     assert triton.is_model_ready(gw.model, model_version="1")

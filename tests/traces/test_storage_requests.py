@@ -11,7 +11,7 @@ import pytest
 from gnn_faas.storage.fetcher import STRUCTURE_SLACK_BYTES, KHopFetcher
 from gnn_faas.storage.request_cost import load_constants
 from gnn_faas.traces.cost import load_prices
-from gnn_faas.traces.live import live_storage
+from gnn_faas.traces.live import live_storage, served_fanouts
 from gnn_faas.traces.request_stream import request_order
 from gnn_faas.traces.storage_requests import GROUPS, measure_fetch_requests
 
@@ -64,3 +64,9 @@ def test_live_storage_counts_executions(bitcoin_graph):
         3 * model.per_fetch + 3 * model.per_row * model.rows_per_request
     )
     assert st["dollars"]["s3_standard"] == pytest.approx(st["gets"] * 0.0004 / 1000)
+    # a model served with sampled fanouts fetches at most 1 + 2 + 4 rows a request
+    sampled = live_storage(run, bitcoin_graph, 2, "graph_sharing", prices, 60.0, (2, 2))
+    assert sampled.rows_per_request <= 1 + 2 + 4 < model.rows_per_request
+    assert run.summary["storage"]["gets"] < st["gets"]
+    assert served_fanouts({"fanouts": [2, 2]}) == (2, 2)
+    assert served_fanouts({"fanouts": [-1, -1]}) is None and served_fanouts({}) is None

@@ -31,6 +31,32 @@ def _cpu(cores: float) -> str:
 
 def sizing_values(report: dict[str, Any], model: str, solver: str = "bayes_opt") -> dict:
     """``{"sizing": {model: {"memory": {cpu, memoryMb}, "compute": {...}}}}``."""
+    sizes = _kind_sizes(report, solver)
+    return {
+        "sizing": {
+            model: {
+                kind: {"cpu": _cpu(row["cores"]), "memoryMb": row["memoryMb"]}
+                for kind, row in sorted(sizes.items())
+            }
+        }
+    }
+
+
+def serving_sizes(report: dict[str, Any], solver: str = "bayes_opt") -> dict[str, Any]:
+    """The same sizes as a serving config's model keys (``gnn-faas up --config``):
+    ``memory_function_mb``, ``compute_function_mb``, ``memory_vcpus``,
+    ``compute_vcpus``."""
+    sizes = _kind_sizes(report, solver)
+    return {
+        "memory_function_mb": sizes["memory"]["memoryMb"],
+        "compute_function_mb": sizes["compute"]["memoryMb"],
+        "memory_vcpus": sizes["memory"]["cores"],
+        "compute_vcpus": sizes["compute"]["cores"],
+    }
+
+
+def _kind_sizes(report: dict[str, Any], solver: str) -> dict[str, dict[str, Any]]:
+    """Per function kind: the largest cores and memory of its stages."""
     try:
         cores = report[solver]["cores"]
         memory = report["memory_mb"]
@@ -51,11 +77,4 @@ def sizing_values(report: dict[str, Any], model: str, solver: str = "bayes_opt")
     missing = {"memory", "compute"} - set(sizes)
     if missing:
         raise InvalidRequest(f"the size report has no stage for {sorted(missing)} functions")
-    return {
-        "sizing": {
-            model: {
-                kind: {"cpu": _cpu(row["cores"]), "memoryMb": row["memoryMb"]}
-                for kind, row in sorted(sizes.items())
-            }
-        }
-    }
+    return sizes

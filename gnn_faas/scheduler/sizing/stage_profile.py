@@ -104,14 +104,23 @@ def _add_over_grid(profile: LatencyProfile, name: str, rows: int, t1: float, t2:
 
 
 def profile_stages(
-    graph: GraphHandle, model_dir: str, targets: np.ndarray, repeats: int, max_cores: float
+    graph: GraphHandle,
+    model_dir: str,
+    targets: np.ndarray,
+    repeats: int,
+    max_cores: float,
+    fanouts: tuple[int, ...] | None = None,
 ) -> StageProfile:
-    """Profile every stage of the checkpoint in ``model_dir`` on the batch ``targets``."""
+    """Profile every stage of the checkpoint in ``model_dir`` on the batch
+    ``targets``, their neighbourhoods sampled with ``fanouts`` (as a serving
+    config's ``fanouts`` samples them; ``None``: the checkpoint's, ``-1``
+    entries: every neighbour)."""
     cfg = load_config(model_dir)
     plan = ModelPlan.from_config(cfg)
     update = UpdateModel.load(model_dir, device="cpu")
     fetcher = KHopFetcher(graph)
-    cg = fetcher.fetch(targets, cfg.num_layers, fanouts=cfg.fanouts, degrees=True)
+    fanouts = cfg.fanouts if fanouts is None else fanouts
+    cg = fetcher.fetch(targets, cfg.num_layers, fanouts=fanouts, degrees=True)
     out = StageProfile(LatencyProfile(), {}, {}, cg)
     weight_bytes = sum(t.numel() * 4 for t in update.w.values())
     h = fetcher.read_features(cg.input_nodes)
