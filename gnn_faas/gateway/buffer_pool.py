@@ -344,10 +344,11 @@ class BufferPoolState:
         return self._release(now)
 
     def finished(
-        self, now: float, duration_s: float, requests: int, mean_wait_s: float
-    ) -> list[ClosedBuffer]:
+        self, now: float, duration_s: float, requests: int, mean_wait_s: float,
+        queued_s: float = 0.0,
+    ) -> list[ClosedBuffer]:  # fmt: skip
         """An execution dispatched by a close finished (its instance is free)."""
-        self.gate.finished(duration_s, requests, mean_wait_s)
+        self.gate.finished(duration_s, requests, mean_wait_s, queued_s)
         return self._release(now)
 
     def _release(self, now: float) -> list[ClosedBuffer]:
@@ -588,11 +589,14 @@ class MultiBufferPool:
         self._deliver(closed)
         return buffer_id
 
-    def finished(self, duration_s: float, requests: int, mean_wait_s: float) -> None:
-        """The execution of a closed buffer ended (see the class docstring)."""
+    def finished(
+        self, duration_s: float, requests: int, mean_wait_s: float, queued_s: float = 0.0
+    ) -> None:
+        """The execution of a closed buffer ended (see the class docstring);
+        ``queued_s``: its calls' waits in the function pools' queues."""
         with self._cond:
             now = self.clock.now()
-            closed = self._state.finished(now, duration_s, requests, mean_wait_s)
+            closed = self._state.finished(now, duration_s, requests, mean_wait_s, queued_s)
             self._cond.notify_all()
         self._deliver(closed)
 

@@ -237,6 +237,9 @@ class ModelRuntime:
                 if (inst.id in dead or expired) and pool.remove(inst):
                     self.platform.stop(inst.id)
                     stopped.append(inst.id)
+            for inst in pool.reap_surplus():  # a launch budget's reap rule
+                self.platform.stop(inst.id)
+                stopped.append(inst.id)
         return stopped
 
     # -- metadata ----------------------------------------------------------------

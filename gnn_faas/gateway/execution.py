@@ -119,7 +119,7 @@ class Executions:
         self.state_set = state_set
         self.count_rows = count_rows
         self.request_timeout_s = float(request_timeout_s)
-        self.finished: Callable[[float, int, float], None] | None = None
+        self.finished: Callable[[float, int, float, float], None] | None = None
         # closed buffers run here; single requests on request_executor, sized for
         # the gateway's concurrent requests (waiting on them from the first could deadlock)
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"{name}-exec")
@@ -157,14 +157,18 @@ class Executions:
 
     def run_merged(self, pendings: list[InferenceJob], info: dict) -> None:
         closed_at = time.perf_counter()
+        queued = 0.0
         try:
-            self._execute_merged(pendings, info, closed_at)
+            queued = self._execute_merged(pendings, info, closed_at)
         finally:  # the gate counts the execution done whatever its outcome
             if self.finished is not None:
                 wait = float(np.mean([closed_at - p.arrival for p in pendings]))
-                self.finished(time.perf_counter() - closed_at, len(pendings), max(wait, 0.0))
+                duration = time.perf_counter() - closed_at
+                self.finished(duration, len(pendings), max(wait, 0.0), queued)
 
-    def _execute_merged(self, pendings: list[InferenceJob], info: dict, closed_at: float) -> None:
+    def _execute_merged(self, pendings: list[InferenceJob], info: dict, closed_at: float) -> float:
+        """Run and answer the batch; returns its calls' queue waits in the
+        function pools (seconds; 0 when it failed)."""
         try:
             with self.metrics.stage(self.name, "merge"):
                 graph, request_rows, separate_rows = self.merge(pendings)
@@ -180,7 +184,7 @@ class Executions:
         except BaseException as exc:  # noqa: BLE001 - delivered to the waiting requests
             for p in pendings:
                 p.future.set_exception(exc)
-            return
+            return 0.0
         self.count_rows(stats.aggregated_rows)
         info = {
             **info,
@@ -190,6 +194,7 @@ class Executions:
         }
         for p, rows in zip(pendings, request_rows):
             self._answer(p, h, rows, info)
+        return stats.queued_seconds
 
     def run_separately(self, pendings: list[InferenceJob], info: dict | None) -> None:
         """Each request on its own (no_sharing, request_centric)."""

@@ -18,15 +18,20 @@ Per model, ``objective``:
 
   ``L₁`` is the mean latency the no-sharing policy would have at this load,
   estimated as the execution time of one request: a line ``d = α + β·k``
-  fitted to the measured executions (``d`` seconds from dispatch to answer,
-  ``k`` requests merged; exponentially weighted least squares), ``L₁ = α + β``.
+  fitted to the measured executions (``d`` seconds from dispatch to answer
+  less the waits of its calls in the function pools' queues, ``k`` requests
+  merged; exponentially weighted least squares), ``L₁ = α + β``.
   Without sharing, a request that finds an idle instance takes one execution
   (``L₁`` leaves out the queueing no sharing would meet at this load, so the
   bound errs on the fast side).
   ``P₁`` is that policy's p99 by the same reasoning: the 99th percentile of
-  the durations of the last ``WINDOW`` executions of one request (at the same
-  load, on the same pools); the p99 term keeps holding requests for company
-  from stretching the tail even where the mean has room.
+  ``d`` over the last ``WINDOW`` executions of one request (at the same
+  load); the p99 term keeps holding requests for company from stretching the
+  tail even where the mean has room. ``d`` leaves the pools' queue waits out
+  because they are this policy's waits, as the buffer's are: the pools keep
+  fewer instances than no sharing would (their launch budget,
+  :mod:`gnn_faas.scheduler.function_pool`), and a bound that grew with their
+  queues would let the buffers spend the same slack a second time.
 
 A buffer in a gated pool closes (its batch is dispatched):
 
@@ -156,18 +161,22 @@ class WorkConservingGate:
     def dispatched(self) -> None:
         self.in_flight += 1
 
-    def finished(self, duration_s: float, requests: int, mean_wait_s: float) -> None:
+    def finished(
+        self, duration_s: float, requests: int, mean_wait_s: float, queued_s: float = 0.0
+    ) -> None:
         """An execution of ``requests`` requests took ``duration_s`` (dispatch to
-        answer); its requests had waited ``mean_wait_s`` in their buffer."""
+        answer), ``queued_s`` of it in the function pools' queues; its requests
+        had waited ``mean_wait_s`` in their buffer."""
         self.in_flight = max(0, self.in_flight - 1)
         self.executions += 1
         k = max(int(requests), 1)
         weight = 1.0 - (1.0 - EWMA_WEIGHT) ** k
-        self.fit.add(float(k), float(duration_s), weight)
+        service = max(float(duration_s) - float(queued_s), 0.0)
+        self.fit.add(float(k), service, weight)
         self.latency_s += weight * (mean_wait_s + duration_s - self.latency_s)
         self.recent.add(mean_wait_s + duration_s, min(k, self.recent.values.size))
         if k == 1:
-            self.singles.add(duration_s)
+            self.singles.add(service)
         if self.executions % QUANTILE_EVERY == 0:
             self.p99_s = self.recent.p99()
             self.single_p99_s = self.singles.p99() if self.singles.full else math.inf

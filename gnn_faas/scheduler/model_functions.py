@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gnn_faas.config import ModelServingConfig, ServingConfig
 from gnn_faas.functions.layer_plan import ModelPlan
-from gnn_faas.scheduler.function_pool import FunctionPool
+from gnn_faas.scheduler.function_pool import FunctionPool, LaunchBudget
 from gnn_faas.scheduler.orchestrator import ClientCache, Orchestrator
 from gnn_faas.scheduler.platform.base import FunctionSpec
 
@@ -113,6 +113,8 @@ def build_model_functions(
     p = serving.platform
     memory_spec, compute_spec = function_specs(serving, model, checkpoint)
     policy = "request_centric" if model.mode == "request_centric" else "load_aware"
+    ratio = launch_wait_ratio(serving, model)
+    budget = LaunchBudget(ratio) if ratio is not None else None  # shared by the two pools
 
     def pool(spec: FunctionSpec, max_instances: int) -> FunctionPool:
         return FunctionPool(
@@ -123,7 +125,8 @@ def build_model_functions(
             min_instances=p.min_instances,
             policy=policy,
             on_failed=lambda inst: platform.stop(inst.id),
-            launch_wait_ratio=launch_wait_ratio(serving, model),
+            budget=budget,
+            memory_mb=spec.memory_mb,
         )
 
     memory_pool = pool(memory_spec, p.max_memory_instances)

@@ -30,6 +30,7 @@ from gnn_faas import errors
 from gnn_faas.functions.client import CallTiming, ComputeClient, MemoryClient, aggregate_step
 from gnn_faas.functions.layer_plan import LayerStep, ModelPlan
 from gnn_faas.functions.memory_limit import call_overhead_bytes
+from gnn_faas.scheduler.function_pool import queue_wait_s
 from gnn_faas.scheduler.partitioner import LayerPartition, partition_layer
 from gnn_faas.storage.computation_graph import Block, ComputationGraph
 from gnn_faas.storage.overlay import GraphOverlay
@@ -69,6 +70,7 @@ class RunStats:
     bytes_to_compute: int = 0
     aggregate_seconds: float = 0.0
     update_seconds: float = 0.0
+    queued_seconds: float = 0.0  # its Aggregate and Update calls' waits in the pools' queues
     wall_seconds: float = 0.0
     device: str = "cpu"  # where Update ran (see Orchestrator.compute_pool_for)
     # per kind of function call (aggregate, update, features, pre): calls and
@@ -306,7 +308,7 @@ class Orchestrator:
         def aggregate(client: MemoryClient):
             t0 = time.perf_counter()
             out = aggregate_step(client, step, sub, src_ids, h_part, tensors, state_set=state_set)
-            stats.add(aggregate_seconds=time.perf_counter() - t0)
+            stats.add(aggregate_seconds=time.perf_counter() - t0, queued_seconds=queue_wait_s())
             stats.add_call("aggregate", call_timing(client))
             return out
 
@@ -320,7 +322,7 @@ class Orchestrator:
                     res = client.post_pre(step.layer, agg, root)
                 else:
                     res = {"h": client.post(step.layer, agg, root)}
-                stats.add(update_seconds=time.perf_counter() - t0)
+                stats.add(update_seconds=time.perf_counter() - t0, queued_seconds=queue_wait_s())
                 stats.add_call("update", call_timing(client))
                 return res
 
@@ -358,6 +360,7 @@ class Orchestrator:
 
         def on_memory(memory_instance):
             client = self.clients.memory(memory_instance.url)
+            memory_wait = queue_wait_s()  # this call's wait for a memory instance
 
             def on_compute(compute_instance):
                 t0 = time.perf_counter()
@@ -384,6 +387,7 @@ class Orchestrator:
                     aggregate_seconds=total - update_s,
                     update_seconds=update_s,
                     bytes_to_compute=to_compute,
+                    queued_seconds=queue_wait_s() + memory_wait,
                 )
                 stats.add_call("aggregate", own)
                 stats.add_call("update", fwd)

@@ -11,7 +11,12 @@ dispatched through the gateway's
 and then a compute pool (``memory_share`` of ``T`` in the first, the rest in the
 second, as :mod:`gnn_faas.traces.tandem` describes; one pool of pairs when the
 calibration has no memory share), with cold starts and keep-alive; the end of
-its last stage is reported back to the buffers (:meth:`BufferPoolState.finished`).
+its last stage is reported back to the buffers (:meth:`BufferPoolState.finished`,
+with the time the execution waited in the pools' queues). Under a launch budget
+the two pools share one :class:`~gnn_faas.scheduler.function_pool.LaunchBudget`
+(split by the calibration's function sizes, as the gateway's pools split it by
+their specs') and each gives back an instance its policy calls surplus at the
+next submit, as the gateway's keep-alive sweep does every second.
 Without a buffer state every request is its own execution at its arrival
 (``faas_gnn``: the same load-aware pools, no sharing).
 
@@ -31,7 +36,7 @@ import numpy as np
 from gnn_faas.clock import FakeClock
 from gnn_faas.gateway.buffer import PendingRequest
 from gnn_faas.gateway.buffer_pool import BufferPoolState
-from gnn_faas.scheduler.function_pool import IDLE, LoadAwarePolicy, Run
+from gnn_faas.scheduler.function_pool import IDLE, LaunchBudget, LoadAwarePolicy, Run
 from gnn_faas.traces.calibration import Calibration
 from gnn_faas.traces.instance_pool import PoolRun
 from gnn_faas.traces.request_stream import RequestStream
@@ -60,9 +65,12 @@ class _Pool:
     the simulator reports (spawn, stop, per-execution start and end)."""
 
     def __init__(
-        self, name, clock, cal: Calibration, cold_s: float, events: list, seq, policy_cls, ratio
-    ):
-        self.policy = policy_cls(cal.max_instances, clock=clock, name=name, launch_wait_ratio=ratio)
+        self, name, clock, cal: Calibration, cold_s: float, events: list, seq, policy_cls,
+        budget: LaunchBudget | None, memory_mb: float,
+    ):  # fmt: skip
+        self.policy = policy_cls(
+            cal.max_instances, clock=clock, name=name, budget=budget, memory_mb=memory_mb
+        )
         self.clock = clock
         self.cold_s = cold_s
         self.keep_alive_s = cal.keep_alive_s
@@ -125,6 +133,9 @@ class _Pool:
         for inst, s in list(self.policy.instances.items()):
             if s.state == IDLE and s.since + self.keep_alive_s <= now and self.policy.remove(inst):
                 self.stop[inst] = s.since + self.keep_alive_s
+        surplus = self.policy.surplus()
+        if surplus is not None and self.policy.remove(surplus):
+            self.stop[surplus] = now
 
     def result(self, horizon: float) -> PoolRun:
         self._expire(horizon)
@@ -158,12 +169,18 @@ def _stages(
     service time: one pool for the pair, or memory then compute when the
     calibration splits the time (``memory_share``); ``ratio``: the pools'
     launch budget (``LoadAwarePolicy``'s ``launch_wait_ratio``)."""
+    budget = LaunchBudget(ratio) if ratio is not None else None
+    memory_mb, compute_mb = cal.memory_function_mb, cal.compute_function_mb
     if cal.memory_share is None:
-        return [_Pool("pair", clock, cal, cal.cold_start_s, events, seq, policy_cls, ratio)], [1.0]
+        pair = _Pool("pair", clock, cal, cal.cold_start_s, events, seq, policy_cls, budget,
+                     memory_mb + compute_mb)  # fmt: skip
+        return [pair], [1.0]
     stages = [
-        _Pool("memory", clock, cal, cal.cold_start_memory_s, events, seq, policy_cls, ratio),
-        _Pool("compute", clock, cal, cal.cold_start_compute_s, events, seq, policy_cls, ratio),
-    ]
+        _Pool("memory", clock, cal, cal.cold_start_memory_s, events, seq, policy_cls, budget,
+              memory_mb),
+        _Pool("compute", clock, cal, cal.cold_start_compute_s, events, seq, policy_cls, budget,
+              compute_mb),
+    ]  # fmt: skip
     return stages, [cal.memory_share, 1.0 - cal.memory_share]
 
 
@@ -239,7 +256,8 @@ def run_gateway(
             stages[k + 1].submit(e, service, t)
         elif state is not None:
             duration = t - exec_dispatch[e]
-            closed_buffers(state.finished(t, duration, len(members[e]), exec_wait[e]), t)
+            queued = sum(p.start[e] - p.ready_at[e] for p in stages)
+            closed_buffers(state.finished(t, duration, len(members[e]), exec_wait[e], queued), t)
 
     def run_until(t_end: float) -> None:
         while True:

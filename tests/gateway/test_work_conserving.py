@@ -271,3 +271,37 @@ def test_balanced_raises_concurrency_when_the_tail_breaks_its_p99_bound():
     assert d["p99_bound_ms"] == pytest.approx(22.0)
     unknown = WorkConservingGate(Objective("balanced", 0.1), 0.020).as_dict()
     assert unknown["p99_bound_ms"] is None  # strict JSON: no Infinity before P₁ is known
+
+
+def test_pool_queue_waits_count_against_the_bound_not_in_it():
+    """An execution of 30 ms that waited 10 ms of it in the function pools'
+    queues: ``L₁`` and ``P₁`` are the 20 ms of work, so the 30 ms latency is
+    over the bound and C rises (the pools' waits take the slack first); fitted
+    on the whole 30 ms, as before, the bound would grow with the queues and C
+    fall, holding requests on top of the pools' waits."""
+    gates = {}
+    for queued in (0.010, 0.0):
+        gate = WorkConservingGate(Objective("balanced", 0.1), 0.020)
+        gate.set_max_concurrency(4)
+        gate.concurrency = 2.0
+        for _ in range(3000):
+            gate.dispatched()
+            gate.finished(0.030, 1, 0.0, queued)
+        gates[queued] = gate
+    waited, whole = gates[0.010], gates[0.0]
+    assert waited.single_s == pytest.approx(0.020) and waited.single_p99_s == pytest.approx(0.020)
+    assert whole.single_s == pytest.approx(0.030)
+    assert waited.latency_s == pytest.approx(0.030) == whole.latency_s
+    assert waited.concurrency == 4.0 and whole.concurrency == 1.0
+
+
+def test_buffer_pool_passes_the_pools_waits_to_the_gate():
+    fits = []
+    for queued in (0.010, 0.0):
+        pool, clock, closed = make_pool("balanced", capacity=2, exec_estimate_s=0.020)
+        pool.submit("a", vs(1, 2, 3))
+        assert len(closed) == 1
+        pool.finished(0.030, 1, 0.0, queued)
+        fits.append(pool.stats["gate"]["single_execution_ms"])
+    # the 20 ms prior stays at the 20 ms of work; the whole 30 ms moves it
+    assert fits[0] == pytest.approx(20.0) and fits[1] > 20.1

@@ -23,10 +23,13 @@ from gnn_faas.scheduler.function_pool import (
     MIN_EVIDENCE,
     FunctionPool,
     Launch,
+    LaunchBudget,
     LoadAwarePolicy,
     RequestCentricPolicy,
     Run,
+    _OneFewer,
     is_retryable,
+    queue_wait_s,
 )
 from gnn_faas.traces import twitter
 
@@ -454,6 +457,151 @@ def test_launch_budget_launches_only_when_queueing_is_sustained():
                 launched_at = launched_at or j
     assert launched_at is not None and launched_at - 60 >= MIN_EVIDENCE // 3
     assert budget.n_instances == 3
+
+
+def _queue_steadily(p: LoadAwarePolicy, clock: FakeClock, items: range, service_s: float,
+                    wait_s: float) -> int | None:  # fmt: skip
+    """On one busy instance, every item arrives ``service_s − wait_s`` after the
+    one before it started, so it waits ``wait_s``; returns the item at which
+    the pool asked for a launch (None: it never did)."""
+    for j in items:
+        clock.advance(service_s - wait_s)
+        if p.submit(j):
+            return j
+        clock.advance(wait_s)
+        [run] = p.finished(p.warm()[0].id)
+        assert run.item == j and run.wait_s == pytest.approx(wait_s)
+    return None
+
+
+def test_shared_launch_budget_gives_the_costlier_pool_the_longer_wait():
+    """Two pools of one model share B = r·(S̄_mem + S̄_cmp), split by instance
+    memory: a 1 ms sustained wait launches the 256 MB memory pool (share
+    0.8 ms, alone r·S̄ = 1.8 ms) but not the 512 MB compute pool (share 1.6 ms,
+    alone r·S̄ = 0.6 ms)."""
+    budget = LaunchBudget(0.1)
+    mem = LoadAwarePolicy(4, clock=FakeClock(), name="mem", budget=budget, memory_mb=256)
+    cmp = LoadAwarePolicy(4, clock=FakeClock(), name="cmp", budget=budget, memory_mb=512)
+    mem_alone = LoadAwarePolicy(4, clock=FakeClock(), name="mem", launch_wait_ratio=0.1)
+    cmp_alone = LoadAwarePolicy(4, clock=FakeClock(), name="cmp", launch_wait_ratio=0.1)
+    pools = {mem: 0.018, cmp: 0.006, mem_alone: 0.018, cmp_alone: 0.006}
+    for p, service in pools.items():
+        p.ready(p.launch().instance)
+        _serve_alone(p, p.clock, range(200), service)
+        [run] = p.submit("head")  # the instance is busy from here on
+        assert run.wait_s == 0.0
+    assert budget.share_s(mem) == pytest.approx(0.1 * 0.024 * 256 / 768)
+    assert budget.share_s(cmp) == pytest.approx(0.1 * 0.024 * 512 / 768)
+    assert cmp_alone.budget.share_s(cmp_alone) == pytest.approx(0.1 * 0.006)
+    launched = {p: _queue_steadily(p, p.clock, range(600), s, 0.001) for p, s in pools.items()}
+    # W̄ = 1 ms·(1 − 0.99^j) / (1 − 0.99^(201 + j)) (bias-corrected after the
+    # 201 items that did not wait) passes 0.8 ms near j = 150, 0.6 ms near j = 90
+    assert 130 < launched[mem] < 170 and 75 < launched[cmp_alone] < 105
+    assert launched[cmp] is None and launched[mem_alone] is None
+    assert cmp.mean_wait_s == pytest.approx(0.001, rel=0.01)
+    assert cmp.mean_wait_s < budget.share_s(cmp)
+
+
+def _pairs(p: LoadAwarePolicy, clock: FakeClock, items: range, per_arrival: int) -> list:
+    """Every 30 ms ``per_arrival`` items arrive at once, each served in 9 ms on
+    its own idle instance; returns what ``surplus`` said after each arrival."""
+    said = []
+    for j in items:
+        runs = [p.submit((j, k)) for k in range(per_arrival)]
+        assert all(len(r) == 1 and isinstance(r[0], Run) for r in runs)
+        clock.advance(0.009)
+        for [run] in runs:
+            p.finished(run.instance)
+        clock.advance(0.021)
+        said.append(p.surplus())
+    return said
+
+
+def test_budget_reaps_the_newest_instance_once_demand_fell():
+    """Items in pairs need both instances (on one fewer, the second of each
+    pair would wait 9 ms: Ŵ = 4.5 ms, far over the share 0.1·9 ms): both stay. Once items
+    come one at a time, one instance would have served them without a wait:
+    the newest goes, after the evidence a launch needs, while FaaS-GNN's
+    pool (no budget) keeps it for its keep-alive."""
+    budget = LoadAwarePolicy(4, clock=FakeClock(), name="cmp", launch_wait_ratio=0.1)
+    faas = LoadAwarePolicy(4, clock=FakeClock(), name="cmp")
+    for p in (budget, faas):
+        for _ in range(2):
+            p.ready(p.launch().instance)
+        assert _pairs(p, p.clock, range(300), 2) == [None] * 300
+        said = _pairs(p, p.clock, range(300, 700), 1)
+        if p is faas:
+            assert said == [None] * 400
+            continue
+        first = next(j for j, s in enumerate(said) if s is not None)
+        # Ŵ = 4.5 ms·0.99^j drops under REAP_MARGIN·0.9 ms near the 189th lone item
+        assert said[first] == "cmp-2" and 180 < first < 200
+        assert p.remove("cmp-2") and p.n_instances == 1
+        assert p.surplus() is None  # the last instance goes only at its keep-alive
+
+
+def test_one_fewer_replays_first_come_first_served():
+    """Ŵ's replay: items in arrival order on n − 1 instances, each as soon as
+    its own service time is known (they finish out of order)."""
+    one = _OneFewer(1)
+    for item, t in (("a", 0.0), ("b", 0.001), ("c", 0.030)):
+        one.arrived(item, t)
+    one.served("b", 0.004)  # "a" still running: nothing replayed yet
+    assert one.wait.n == 0
+    one.served("a", 0.010)  # a: 0 wait; b: waits until 0.010
+    assert one.wait.n == 2 and one.wait.value == pytest.approx(0.009 / 2, rel=0.01)
+    one.dropped("c")  # never served here: it holds nothing up
+    assert one.wait.n == 2 and not one.order
+    two = _OneFewer(2)
+    for item, t in (("a", 0.0), ("b", 0.0), ("c", 0.001)):
+        two.arrived(item, t)
+    for item in ("a", "b", "c"):
+        two.served(item, 0.005)
+    assert two.wait.value == pytest.approx(0.004 / 3, rel=0.02)  # c waits for a at 0.005
+
+
+def test_reap_surplus_stops_nothing_below_the_minimum():
+    """``FunctionPool.reap_surplus`` removes what the policy calls surplus,
+    never below ``min_instances``, and hands it back to be stopped."""
+    launched = []
+
+    def launch():
+        launched.append(object())
+        return launched[-1]
+
+    for minimum, expected in ((1, 1), (2, 0)):
+        pool = FunctionPool("cmp", launch, FakeClock(), max_instances=2,
+                            min_instances=minimum, launch_wait_ratio=0.1)  # fmt: skip
+        try:
+            for _ in range(2):
+                pool.policy.ready(pool.policy.launch().instance)
+            pool._instances.update({iid: object() for iid in pool.policy.instances})
+            pool.policy.surplus = lambda: "cmp-2"
+            assert len(pool.reap_surplus()) == expected
+            assert pool.policy.n_instances == 2 - expected
+        finally:
+            pool.close()
+
+
+def test_an_item_reads_its_queue_wait():
+    """The wait a pool's item had, for the orchestrator's figures: a second
+    item queued behind a running one reads the time it waited."""
+    clock = FakeClock()
+    release = threading.Event()
+    pool = FunctionPool("mem", lambda: object(), clock, max_instances=1)
+    try:
+        first = pool.submit(lambda inst: (release.wait(10), queue_wait_s())[1])
+        deadline = time.monotonic() + 10
+        while not pool.policy.warm() and time.monotonic() < deadline:  # its launch
+            time.sleep(0.001)
+        second = pool.submit(lambda inst: queue_wait_s())
+        clock.advance(0.25)
+        release.set()
+        assert first.result(timeout=10) == 0.0
+        assert second.result(timeout=10) == pytest.approx(0.25)
+        assert queue_wait_s() == 0.0  # outside any item
+    finally:
+        pool.close()
 
 
 def test_launch_budget_follows_the_models_mode_and_objective():

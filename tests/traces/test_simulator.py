@@ -241,3 +241,36 @@ def test_refit_measures_the_execution_times_again(calibration):
     assert (
         calibration.refit([(1, 0.1), (2, 0.2)], None, "x").memory_share == calibration.memory_share
     )
+
+
+def test_gnn_faas_pools_give_back_what_a_burst_launched(bitcoin_graph, calibration):
+    """20 s at 150 requests/s, then 60 s at 20/s: gnn_faas's pools (the launch
+    budget) stop the instances the burst launched once the lull's waits show
+    one instance fewer would do, long before the 600 s keep-alive; faas_gnn's
+    (FaaS-GNN's rule) keep every instance to the end of the run."""
+    from gnn_faas.gateway.buffer_pool import BufferConfig, BufferPoolState
+    from gnn_faas.traces.gateway_sim import run_gateway
+    from gnn_faas.traces.request_stream import build_stream
+
+    rng = np.random.default_rng(0)
+    burst = np.cumsum(rng.exponential(1 / 150, 3000))
+    lull = burst[-1] + np.cumsum(rng.exponential(1 / 20, 1200))
+    stream = build_stream(bitcoin_graph, np.concatenate([burst, lull]), calibration.hops)
+    end = float(lull[-1])
+    state = BufferPoolState(BufferConfig(slo_s=calibration.slo_s), bitcoin_graph.num_nodes)
+    state.set_capacity(calibration.max_instances, 0.0)
+    shared = run_gateway(stream, calibration, state, end_s=end, launch_wait_ratio=0.1).pools
+    faas = run_gateway(stream, calibration, None, end_s=end).pools
+    assert calibration.keep_alive_s > end  # a fixed keep-alive would keep them all
+
+    def alive(pool, t):
+        return int(((pool.spawn <= t) & (pool.stop > t)).sum())
+
+    for pool in (shared.memory, shared.compute):
+        in_burst = max(alive(pool, t) for t in np.arange(0.0, burst[-1], 0.5))
+        after = alive(pool, burst[-1] + 25.0)
+        assert 1 <= after < in_burst and alive(pool, end - 1.0) == after
+    # the lull's 20/s keeps one compute instance (busy about an eighth of the time)
+    assert alive(shared.compute, end - 1.0) == 1
+    for pool in (faas.memory, faas.compute):
+        assert pool.spawn.size > 1 and np.all(pool.stop >= end)
