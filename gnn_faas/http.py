@@ -277,46 +277,75 @@ class FrameDispatcher:
         self.limit = int(app.config.get("MAX_CONTENT_LENGTH") or DEFAULT_MAX_BYTES)
 
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
-        handler = self.routes.get(environ.get("PATH_INFO", ""))
         length = environ.get("CONTENT_LENGTH")
         if (
-            handler is None
-            or environ.get("REQUEST_METHOD") != "POST"
-            or (environ.get("CONTENT_TYPE") or "").split(";")[0].strip().lower() != FRAME_MIME
+            not self.takes(
+                environ.get("REQUEST_METHOD", ""),
+                environ.get("PATH_INFO", ""),
+                environ.get("CONTENT_TYPE"),
+            )  # fmt: skip
             or not (length or "").isdigit()
             or "HTTP_TRANSFER_ENCODING" in environ
         ):
             return self.app(environ, start_response)
-        t0 = time.perf_counter()
-        incoming = request_id.parse_traceparent(
-            environ.get("HTTP_TRACEPARENT"), environ.get("HTTP_TRACESTATE")
+        n = int(length)
+        body = b"" if n > self.limit else environ["wsgi.input"].read(n)
+        status, headers, out = self.answer(
+            environ["PATH_INFO"],
+            body,
+            n,
+            environ.get("HTTP_TRACEPARENT"),
+            environ.get("HTTP_TRACESTATE"),
         )
+        start_response(f"{status} {reason(status)}", headers)
+        return [out]
+
+    def takes(self, method: str, path: str, content_type: str | None) -> bool:
+        """Whether a request with these is answered here (the rest goes to Flask)."""
+        return (
+            method == "POST"
+            and path in self.routes
+            and (content_type or "").split(";")[0].strip().lower() == FRAME_MIME
+        )
+
+    def answer(
+        self,
+        path: str,
+        body: bytes,
+        length: int,
+        traceparent: str | None = None,
+        tracestate: str | None = None,
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
+        """``(status, headers, body)`` of a frame request to ``path`` that
+        :meth:`takes` (``length``: its declared body length; over the limit,
+        ``body`` is not read): what the WSGI call answers, and what a server
+        that framed the request itself sends (``functions/buffered_worker.py``)."""
+        t0 = time.perf_counter()
+        incoming = request_id.parse_traceparent(traceparent, tracestate)
         ctx = request_id.new_trace() if incoming is None else incoming.child()
         times = CallTimes()
         token = _times.set(times)
         try:
             with request_id.bound(ctx):
-                status, headers, body = self._answer(handler, environ, int(length))
+                status, headers, out = self._answer(self.routes[path], path, body, length)
         finally:
             _times.reset(token)
         dt = time.perf_counter() - t0
         self.timer.record(dt, status)
         headers += [
-            ("Content-Length", str(len(body))),
+            ("Content-Length", str(len(out))),
             ("Server-Timing", times.header(dt)),
             (request_id.HEADER, ctx.traceparent),
         ]
-        start_response(f"{status} {_reason(status)}", headers)
-        return [body]
+        return status, headers, out
 
     def _answer(
-        self, handler: FrameHandler, environ: dict, length: int
+        self, handler: FrameHandler, path: str, body: bytes, length: int
     ) -> tuple[int, list[tuple[str, str]], bytes]:
         try:
             if length > self.limit:
                 msg = f"request body exceeds the limit of {self.limit} bytes"
                 return 413, [("Content-Type", "application/json")], _json_error(msg)
-            body = environ["wsgi.input"].read(length)
             t0 = time.perf_counter()
             try:
                 tensors, params = decode_frame(body, max_bytes=self.limit)
@@ -332,16 +361,17 @@ class FrameDispatcher:
         except GnnFaasError as exc:
             status = http_status(exc)
             if status == 500:  # ours, not the client's: the log says why
-                log.error("error serving POST %s: %s", environ.get("PATH_INFO"), exc)
+                log.error("error serving POST %s: %s", path, exc)
             headers = [("Content-Type", "application/json"), *http_headers(exc).items()]
             return status, headers, _json_error(str(exc) or type(exc).__name__)
         except Exception as exc:
-            log.exception("unhandled error serving POST %s", environ.get("PATH_INFO"))
-            body = _json_error(f"internal error ({type(exc).__name__})")
-            return http_status(exc), [("Content-Type", "application/json")], body
+            log.exception("unhandled error serving POST %s", path)
+            out = _json_error(f"internal error ({type(exc).__name__})")
+            return http_status(exc), [("Content-Type", "application/json")], out
 
 
-def _reason(status: int) -> str:
+def reason(status: int) -> str:
+    """The reason phrase of an HTTP status (``Unknown`` for a code without one)."""
     try:
         return HTTPStatus(status).phrase
     except ValueError:

@@ -125,8 +125,35 @@ class GunicornJsonLogger(glogging.Logger):
                 return
             headers = {k.lower(): v for k, v in (resp.headers or [])}
             ctx = request_id.parse_traceparent(headers.get(request_id.HEADER))
-            path = environ.get("PATH_INFO", "")
-            method = environ.get("REQUEST_METHOD", "")
+            self.access_line(
+                environ.get("REQUEST_METHOD", ""),
+                environ.get("PATH_INFO", ""),
+                environ.get("QUERY_STRING", ""),
+                status,
+                getattr(resp, "sent", None),
+                request_time.total_seconds(),
+                environ.get("REMOTE_ADDR", ""),
+                None if ctx is None else ctx.trace_id,
+            )
+        except Exception:  # an access line must never break serving
+            self.error_log.exception("access log line failed")
+
+    def access_line(
+        self,
+        method: str,
+        path: str,
+        query: str,
+        status: int,
+        sent: int | None,
+        seconds: float,
+        remote: str,
+        trace_id: str | None,
+    ) -> None:
+        """One access line with these fields (also for requests a worker answers
+        without gunicorn's request objects, ``functions/buffered_worker.py``)."""
+        if not self.access_log.handlers:  # no access log configured
+            return
+        try:
             self.access_log.info(
                 "%s %s %d",
                 method,
@@ -135,12 +162,12 @@ class GunicornJsonLogger(glogging.Logger):
                 extra={
                     "method": method,
                     "path": path,
-                    "query": environ.get("QUERY_STRING", ""),
+                    "query": query,
                     "status": status,
-                    "bytes": getattr(resp, "sent", None),
-                    "duration_s": round(request_time.total_seconds(), 6),
-                    "remote": environ.get("REMOTE_ADDR", ""),
-                    "request_id": None if ctx is None else ctx.trace_id,
+                    "bytes": sent,
+                    "duration_s": round(seconds, 6),
+                    "remote": remote,
+                    "request_id": trace_id,
                 },
             )
         except Exception:  # an access line must never break serving

@@ -93,6 +93,8 @@ from functools import partial
 from gunicorn import http, util
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
+from gnn_faas import request_id
+from gnn_faas.http import FrameDispatcher, reason
 from gnn_faas.parent_death import malloc_trim
 
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
@@ -426,17 +428,22 @@ class BufferedWorker(ThreadWorker):
         conn.request_bytes = need
         _counts["requests"] += 1
         inline = self._inline(data)
-        conn.parser = http.get_parser(self.cfg, MemorySource(data), conn.client)
-        del data
+        head_end = conn.head_end
         conn.reset()
         conn.sock.setblocking(True)
         if inline:
             _counts["inline"] += 1
-            keep = self.handle(conn)  # handle() answers every error itself
+            keep = self._answer_frame(conn, data, head_end)
+            if keep is None:  # not a frame call: gunicorn's parser and the WSGI app
+                conn.parser = http.get_parser(self.cfg, MemorySource(data), conn.client)
+                del data
+                keep = self.handle(conn)  # handle() answers every error itself
             done: Future = Future()
             done.set_result(keep)
             self.finish_request(conn, done)
             return
+        conn.parser = http.get_parser(self.cfg, MemorySource(data), conn.client)
+        del data
         self._in_pool += 1
         conn.in_pool = True
         self.enqueue_req(conn)
@@ -452,6 +459,57 @@ class BufferedWorker(ThreadWorker):
             return False
         line = data[: data.find(b"\r\n")].split(b" ")
         return len(line) == 3 and line[1].split(b"?")[0] in self._inline_paths
+
+    def _answer_frame(self, conn: BufferedConn, data: bytes, head_end: int) -> bool | None:
+        """Answer a frame call the app's :class:`~gnn_faas.http.FrameDispatcher`
+        takes straight from the bytes this loop framed (no second parse, no WSGI
+        environ); whether the connection stays open. ``None``: not such a call."""
+        app = self.wsgi
+        if not isinstance(app, FrameDispatcher):
+            return None
+        lines = data[: head_end - 4].split(b"\r\n")
+        request_line = lines[0].decode("latin-1").split(" ")
+        if len(request_line) != 3:
+            return None
+        method, target, version = request_line
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(b":")
+            if not sep:
+                return None
+            headers[name.strip().decode("latin-1").lower()] = value.strip().decode("latin-1")
+        path, _, query = target.partition("?")
+        length = headers.get("content-length", "")
+        if (
+            "transfer-encoding" in headers
+            or not length.isdigit()
+            or not app.takes(method, path, headers.get("content-type"))
+        ):
+            return None
+        t0 = time.monotonic()
+        n = int(length)
+        status, out_headers, body = app.answer(
+            path, data[head_end : head_end + n], n,
+            headers.get("traceparent"), headers.get("tracestate"),
+        )  # fmt: skip
+        connection = headers.get("connection", "").lower()
+        keep = self.alive and "close" not in connection
+        keep = keep and (version == "HTTP/1.1" or "keep-alive" in connection)
+        head = [f"HTTP/1.1 {status} {reason(status)}"]
+        head += [f"{k}: {v}" for k, v in out_headers]
+        head.append("Connection: keep-alive" if keep else "Connection: close")
+        try:
+            conn.sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+        except OSError:
+            keep = False
+        line = getattr(self.log, "access_line", None)
+        if line is not None:
+            trace = dict(out_headers).get(request_id.HEADER)
+            ctx = request_id.parse_traceparent(trace)
+            remote = conn.client[0] if isinstance(conn.client, tuple) else str(conn.client or "")
+            trace_id = None if ctx is None else ctx.trace_id
+            line(method, path, query, status, len(body), time.monotonic() - t0, remote, trace_id)
+        return keep
 
     def _answer_and_close(self, conn: BufferedConn, status: int, message: str) -> None:
         with contextlib.suppress(OSError):

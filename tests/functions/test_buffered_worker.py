@@ -269,6 +269,39 @@ def test_small_bounded_calls_run_on_the_event_loop_unless_the_pool_is_busy(serve
     assert requests.get(f"{base}/front", timeout=20).json()["inline"] >= 2
 
 
+def _frame_call(extra_headers: bytes, body: bytes, version: bytes = b"HTTP/1.1") -> bytes:
+    return (
+        b"POST /where " + version + b"\r\nHost: t\r\nContent-Type: " + FRAME_MIME.encode()
+        + b"\r\nContent-Length: %d\r\n" % len(body) + extra_headers + b"\r\n" + body
+    )  # fmt: skip
+
+
+def test_frame_calls_answered_from_the_loop_keep_http_semantics(server):
+    """A frame call the loop answers itself (no gunicorn parser): two calls on one
+    kept-alive connection, then ``Connection: close`` honoured; HTTP/1.0 closes;
+    a bad frame is a JSON 400; the trace id comes back in ``traceparent``."""
+    ok = encode_frame({"pad": np.zeros(4, np.uint8)})
+    trace = "00-" + "12" * 16 + "-" + "34" * 8 + "-01"
+    with socket.create_connection(server, timeout=30) as s:
+        s.sendall(_frame_call(b"traceparent: " + trace.encode() + b"\r\n", ok))
+        s.sendall(_frame_call(b"Connection: close\r\n", ok))
+        data = b""
+        while chunk := s.recv(65536):  # the server closes after the second answer
+            data += chunk
+    answers = data.split(b"HTTP/1.1 200 OK\r\n")[1:]
+    assert len(answers) == 2
+    assert b"Connection: keep-alive" in answers[0] and b"Connection: close" in answers[1]
+    assert b"traceparent: 00-" + b"12" * 16 in answers[0]
+    with socket.create_connection(server, timeout=30) as s:
+        s.sendall(_frame_call(b"", ok, b"HTTP/1.0"))
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 200") and b"Connection: close" in data
+    status, body = _raw(server, _frame_call(b"Connection: close\r\n", b"\x05not a frame"))
+    assert status == 400 and "error" in body
+
+
 def test_the_front_counts_what_it_refused(server):
     """Runs last: the module's earlier tests refused, timed out and mis-framed."""
     stats = requests.get(f"http://{server[0]}:{server[1]}/front", timeout=20).json()
