@@ -66,11 +66,10 @@ class GatewayConfig:
     body_timeout_s: float = 30.0  # end of the header block -> end of the body
     keepalive_s: float = 30.0  # an idle kept-alive connection is closed after this
     # memory functions send their aggregate straight to the compute instance the
-    # gateway chose (one gateway call per partition and layer, not two; used only
-    # where the platform addresses instances). Off by default: measured, the hop
-    # from the memory function (which traces allocations for its memory protocol)
-    # was slower than the gateway's own call (README, "Low load")
-    forward_update: bool = False
+    # gateway chose (one gateway call per partition and layer, not two; an
+    # execution whose every layer is one part runs all its layers in one call),
+    # where the platform addresses instances (local, docker; README, "Low load")
+    forward_update: bool = True
 
 
 @dataclass(frozen=True)

@@ -192,10 +192,11 @@ def read_frame() -> tuple[dict, dict]:
 
 
 def add_server_timing(name: str, ms: float) -> None:
-    """One more ``Server-Timing`` entry on this request's answer (milliseconds)."""
+    """One more ``Server-Timing`` entry on this request's answer (milliseconds;
+    added to an entry of the same name, e.g. one per forwarded call)."""
     times = _times.get()
     if times is not None:
-        times.entries[name] = float(ms)
+        times.entries[name] = times.entries.get(name, 0.0) + float(ms)
 
 
 def _count_serde(seconds: float) -> None:

@@ -364,33 +364,27 @@ class MemoryClient(FunctionClient):
         checkpoint)``: the embedding set whose stored states recompute the
         rows that ``extras``' ``state_*`` tensors name (SRPE, see
         ``gnn_faas/functions/memory_app.py``)."""
-        tensors = {
-            "indptr": np.asarray(block.indptr, dtype=np.int64),
-            "indices": np.asarray(block.indices, dtype=np.int64),
-            "src_ids": np.asarray(src_ids, dtype=np.int64),
-        }
-        if h is not None:
-            tensors["h"] = np.asarray(h, dtype=np.float32)
-        for k, v in (extras or {}).items():
-            tensors[k] = np.asarray(v)
-        params = {
-            "op": op,
-            "num_dst": int(block.num_dst),
-            "dst_offset": int(
-                getattr(block, "dst_offset", 0) if dst_offset is None else dst_offset
-            ),
-            "eps": float(eps),
-            "negative_slope": float(negative_slope),
-            "return_root": bool(return_root),
-            "partial": bool(partial),
-            "include_self": bool(include_self),
-        }
-        if state_set is not None:
-            params["state_model"], params["state_checkpoint"] = str(state_set[0]), str(state_set[1])
-        if forward is not None:
-            params["forward_url"], params["forward_layer"] = str(forward[0]), int(forward[1])
-            params["forward_pre_next"] = bool(forward_pre_next)
+        tensors, params = aggregate_frame(
+            op, block, src_ids, h, extras, eps=eps, negative_slope=negative_slope,
+            dst_offset=dst_offset, return_root=return_root, partial=partial,
+            include_self=include_self, forward=forward, forward_pre_next=forward_pre_next,
+            state_set=state_set,
+        )  # fmt: skip
         out, _ = self.post_frame("/v1/aggregate", tensors, params)
+        return out
+
+    def chain(
+        self, layers: list[tuple[dict[str, np.ndarray], dict[str, Any]]], compute_url: str
+    ) -> dict[str, np.ndarray]:
+        """Every layer in one call (``layers``: each layer's :func:`aggregate_frame`
+        with its ``forward``): the memory function forwards each aggregate to the
+        compute function at ``compute_url`` and aggregates the next layer over
+        its answer; the last Update's tensors (``{"h"}``)."""
+        tensors = {f"{i}/{k}": v for i, (t, _) in enumerate(layers) for k, v in t.items()}
+        chain = [{k: v for k, v in p.items() if k != "forward_url"} for _, p in layers]
+        out, _ = self.post_frame(
+            "/v1/aggregate", tensors, {"chain": chain, "forward_url": str(compute_url)}
+        )
         return out
 
     def features(self, ids: np.ndarray | list[int]) -> np.ndarray:
@@ -433,6 +427,51 @@ class ComputeClient(FunctionClient):
         segments=...)`` -> readout rows."""
         out, _ = self.post_frame("/v1/head", dict(tensors), {"kind": kind})
         return out["score" if kind == "edge" else "readout"]
+
+
+def aggregate_frame(
+    op: str,
+    block: Block,
+    src_ids: np.ndarray,
+    h: np.ndarray | None = None,
+    extras: dict[str, np.ndarray] | None = None,
+    *,
+    eps: float = 0.0,
+    negative_slope: float = 0.2,
+    dst_offset: int | None = None,
+    return_root: bool = False,
+    partial: bool = False,
+    include_self: bool = True,
+    forward: tuple[str, int] | None = None,
+    forward_pre_next: bool = False,
+    state_set: tuple[str, str] | None = None,
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The tensors and params of an aggregate call (see :meth:`MemoryClient.aggregate`)."""
+    tensors = {
+        "indptr": np.asarray(block.indptr, dtype=np.int64),
+        "indices": np.asarray(block.indices, dtype=np.int64),
+        "src_ids": np.asarray(src_ids, dtype=np.int64),
+    }
+    if h is not None:
+        tensors["h"] = np.asarray(h, dtype=np.float32)
+    for k, v in (extras or {}).items():
+        tensors[k] = np.asarray(v)
+    params = {
+        "op": op,
+        "num_dst": int(block.num_dst),
+        "dst_offset": int(getattr(block, "dst_offset", 0) if dst_offset is None else dst_offset),
+        "eps": float(eps),
+        "negative_slope": float(negative_slope),
+        "return_root": bool(return_root),
+        "partial": bool(partial),
+        "include_self": bool(include_self),
+    }
+    if state_set is not None:
+        params["state_model"], params["state_checkpoint"] = str(state_set[0]), str(state_set[1])
+    if forward is not None:
+        params["forward_url"], params["forward_layer"] = str(forward[0]), int(forward[1])
+        params["forward_pre_next"] = bool(forward_pre_next)
+    return tensors, params
 
 
 def aggregate_step(

@@ -61,6 +61,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,6 +97,7 @@ from gnn_faas.storage.fetcher import KHopFetcher
 from gnn_faas.storage.format import open_graph
 from gnn_faas.wire import (
     DEFAULT_MAX_BYTES,
+    decode_frame,
     encode_frame,
     params_get,
     require,
@@ -605,6 +607,45 @@ class MemoryFunction:
                 "state_round_trips": r["round_trips"],
             }
 
+    def chain_request(
+        self, tensors: dict, params: dict, forward: Callable[[str, bytes], bytes]
+    ) -> bytes:
+        """A whole model in one call (λGrapher's pipeline, every layer one part):
+        ``params["chain"]`` lists each layer's aggregate params (with its
+        ``forward_layer`` and ``forward_pre_next``), tensors ``"{i}/name"`` are
+        layer ``i``'s; layer ``i``'s aggregate goes to the compute function at
+        ``forward_url``, whose ``h`` is layer ``i + 1``'s source rows. The answer
+        is the last Update's frame."""
+        chain = params.get("chain")
+        if not isinstance(chain, list) or not 1 <= len(chain) <= MAX_HOPS:
+            raise InvalidRequest(f"chain must list 1..{MAX_HOPS} layers' params")
+        if not all(isinstance(p, dict) for p in chain):
+            raise InvalidRequest("every chain entry must be an object of aggregate params")
+        url = params_get(params, "forward_url", str)
+        per_layer: list[dict] = [{} for _ in chain]
+        for key, arr in tensors.items():
+            index, sep, name = key.partition("/")
+            if not sep or not index.isdigit() or int(index) >= len(chain):
+                raise InvalidRequest(f"unexpected tensor {key!r} in a chained call")
+            per_layer[int(index)][name] = arr
+        answer = b""
+        for i, layer_params in enumerate(chain):
+            layer_tensors = per_layer[i]
+            if i:  # the source rows of this layer: the Update before it answered them
+                out, _ = decode_frame(answer)
+                if set(out) != {"h"} or "h" in layer_tensors:
+                    raise InvalidRequest("a chained layer takes its rows from the Update before")
+                layer_tensors["h"] = out["h"]
+            target = forward_target({**layer_params, "forward_url": url})
+            if target is None:  # pragma: no cover - forward_url is set just above
+                raise InvalidRequest("a chained layer needs forward_layer")
+            _, layer, pre_next = target
+            body = self.aggregate_request(
+                layer_tensors, layer_params, forward_layer=layer, pre_next=pre_next
+            )
+            answer = forward(url, body)
+        return answer
+
     def _split_new(self, call: AggregateCall) -> np.ndarray:
         """Mask of the stored source ids (checked); the others need ``new_x`` rows."""
         stored = call.src_ids < self.graph.num_nodes
@@ -708,6 +749,8 @@ def create_memory_app(cfg: MemoryFunctionConfig) -> Flask:
         return jsonify(out)
 
     def aggregate_(tensors: dict, params: dict) -> bytes:
+        if "chain" in params:
+            return fn.chain_request(tensors, params, forwards.update)
         target = forward_target(params)
         if target is None:
             return fn.aggregate_request(tensors, params)

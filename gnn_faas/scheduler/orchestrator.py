@@ -27,7 +27,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gnn_faas import errors
-from gnn_faas.functions.client import CallTiming, ComputeClient, MemoryClient, aggregate_step
+from gnn_faas.functions.client import (
+    CallTiming,
+    ComputeClient,
+    MemoryClient,
+    aggregate_frame,
+    aggregate_step,
+)
 from gnn_faas.functions.layer_plan import LayerStep, ModelPlan
 from gnn_faas.functions.memory_limit import call_overhead_bytes
 from gnn_faas.scheduler.function_pool import queue_wait_s
@@ -84,12 +90,13 @@ class RunStats:
             for name, amount in amounts.items():
                 setattr(self, name, getattr(self, name) + amount)
 
-    def add_call(self, kind: str, timing: CallTiming | None) -> None:
+    def add_call(self, kind: str, timing: CallTiming | None, calls: int = 1) -> None:
+        """Add ``calls`` calls of ``kind`` whose figures sum to ``timing``."""
         if timing is None:
             return
         with self._lock:
             row = self.calls.setdefault(kind, [0, 0.0, 0.0, 0.0])
-            row[0] += 1
+            row[0] += calls
             row[1] += timing.transport
             row[2] += timing.serde
             row[3] += timing.work
@@ -333,6 +340,63 @@ class Orchestrator:
 
         return _chain(self._memory(aggregate, inline=inline), update)
 
+    def _chain_layers(
+        self, cg: ComputationGraph, overlay: GraphOverlay | None
+    ) -> list[tuple[dict, dict]] | None:
+        """Every layer's aggregate call for one chained call (λGrapher's pipeline
+        run through: ``MemoryClient.chain``), or ``None`` where the execution
+        cannot run that way: forwarding off, a layer cut into parts, a first
+        layer with a pre or a layer with attention terms (GAT), new vertices,
+        or a layer whose sources are not exactly the rows the layer before
+        produced."""
+        steps = self.plan.steps
+        if not self.forward or overlay is not None or steps[0].pre:
+            return None
+        if any(s.needs_alpha for s in steps):
+            return None
+        layers = []
+        for i, step in enumerate(steps):
+            block = cg.block(step.layer)
+            if len(self.partition(block, step.src_dim * 4, step.agg_dim * 4)) != 1:
+                return None
+            sub, src_sel = compact_rows(block, 0, block.num_dst)
+            if i and src_sel.size != block.num_src:  # h rows must be the sources, in order
+                return None
+            tensors = {}
+            if step.needs_degrees:
+                tensors = {"deg_src": cg.in_degree[src_sel], "deg_dst": cg.in_degree[: sub.num_dst]}
+            pre_next = i + 1 < len(steps) and steps[i + 1].pre
+            layers.append(
+                aggregate_frame(
+                    step.op,
+                    sub,
+                    cg.nodes[src_sel],
+                    None,
+                    tensors,
+                    eps=step.eps,
+                    negative_slope=step.negative_slope,
+                    return_root=step.return_root,
+                    forward=("", step.layer),
+                    forward_pre_next=pre_next,
+                )  # fmt: skip
+            )
+        return layers
+
+    def _chained(self, layers: list[tuple[dict, dict]], stats: RunStats, pool=None) -> Future:
+        """The chained call on a memory and a compute instance (see :meth:`_paired`)."""
+        to_compute = 0
+        for step, (tensors, _) in zip(self.plan.steps, layers, strict=True):
+            num_dst = int(tensors["indptr"].size - 1)
+            stats.add(bytes_to_memory=sum(t.nbytes for t in tensors.values()))
+            stats.aggregated_rows += num_dst
+            stats.partitions.append(1)
+            to_compute += num_dst * (step.agg_dim + (step.src_dim if step.return_root else 0)) * 4
+
+        def call(client: MemoryClient, compute_url: str) -> dict[str, np.ndarray]:
+            return client.chain(layers, compute_url)
+
+        return self._paired(call, stats, to_compute, pool, inline=True, calls=len(layers))
+
     def _forwarded(
         self,
         step: LayerStep,
@@ -354,9 +418,28 @@ class Orchestrator:
         reached is dropped and the call retried on another one (the memory
         instance stays); a memory instance that fails is dropped and retried by
         the memory pool."""
-        compute_pool = pool or self.compute_pool
         # what Update receives: agg rows, and the root rows of a layer that takes them
         to_compute = sub.num_dst * (step.agg_dim + (step.src_dim if step.return_root else 0)) * 4
+
+        def call(client: MemoryClient, compute_url: str) -> dict[str, np.ndarray]:
+            return aggregate_step(
+                client, step, sub, src_ids, h_part, tensors, forward=(compute_url, step.layer),
+                forward_pre_next=pre_next, state_set=state_set,
+            )  # fmt: skip
+
+        return self._paired(call, stats, to_compute, pool, inline)
+
+    def _paired(
+        self, call, stats: RunStats, to_compute: int, pool=None, inline=False, calls: int = 1
+    ) -> Future:
+        """``call(memory client, compute URL)`` with a memory instance the memory
+        pool picks and a compute instance the compute pool picks (both
+        load-aware), both held for the call, the memory function forwarding
+        to the compute one. A compute instance that cannot be reached is
+        dropped and the call retried on another one (the memory instance
+        stays); a memory instance that fails is dropped and retried by the
+        memory pool."""
+        compute_pool = pool or self.compute_pool
 
         def on_memory(memory_instance):
             client = self.clients.memory(memory_instance.url)
@@ -365,17 +448,7 @@ class Orchestrator:
             def on_compute(compute_instance):
                 t0 = time.perf_counter()
                 try:
-                    out = aggregate_step(
-                        client,
-                        step,
-                        sub,
-                        src_ids,
-                        h_part,
-                        tensors,
-                        forward=(compute_instance.url, step.layer),
-                        forward_pre_next=pre_next,
-                        state_set=state_set,
-                    )
+                    out = call(client, compute_instance.url)
                 except errors.ForwardFailed as exc:  # the compute instance's failure
                     raise errors.Unavailable(str(exc)) from None
                 except errors.Unavailable as exc:  # the memory instance's own
@@ -389,8 +462,9 @@ class Orchestrator:
                     bytes_to_compute=to_compute,
                     queued_seconds=queue_wait_s() + memory_wait,
                 )
-                stats.add_call("aggregate", own)
-                stats.add_call("update", fwd)
+                # a chained call carries one Aggregate and one Update per layer
+                stats.add_call("aggregate", own, calls)
+                stats.add_call("update", fwd, calls)
                 return out
 
             try:
@@ -432,6 +506,11 @@ class Orchestrator:
         # except over SRPE's stored boundary rows, which join the sources later
         fuse = not isinstance(cg, SrpeGraph)
         steps = self.plan.steps
+        layers = self._chain_layers(cg, overlay) if fuse else None
+        if layers is not None:  # every layer one part: the whole model in one call
+            h = self._chained(layers, stats, pool).result()["h"]
+            stats.wall_seconds = time.perf_counter() - t_start
+            return h, stats
         fused: dict[str, np.ndarray] | None = None  # the pre the last layer ran
         for i, step in enumerate(steps):
             block = cg.block(step.layer)

@@ -98,3 +98,41 @@ def test_a_function_behind_a_path_prefix(fetcher, tmp_path):  # noqa: F811
     finally:
         server.shutdown()
         thread.join(timeout=10)
+
+
+def test_a_chained_call_runs_every_layer_through_the_compute_function(
+    fetcher,  # noqa: F811
+    memory,  # noqa: F811
+    served_compute,
+    tmp_path,
+):
+    """The whole model in one memory call (every layer one part): the memory
+    function forwards each layer's aggregate and aggregates the next over the
+    rows Update answered; the answer equals the layers run apart."""
+    from gnn_faas.functions.executor import LocalTransport, run_layers
+    from gnn_faas.scheduler.orchestrator import Orchestrator
+
+    base, compute, plan = served_compute
+    (tmp_path / "again").mkdir()  # the same seeded model as the served one, in process
+    _, update = make_model("sage-mean", 2, fetcher, tmp_path / "again")
+    cg = memory.graph([3, 17, 99], 2, degrees=True)
+    expected = run_layers(plan, cg, LocalTransport(fetcher, update))
+    layers = Orchestrator(plan, None, None, budget_bytes=1 << 30, forward=True)._chain_layers(
+        cg, None
+    )
+    assert layers is not None and len(layers) == 2
+    before = compute.stats()["requests_by_stage"]["post"]
+    got = memory.chain(layers, base)
+    np.testing.assert_allclose(got["h"], expected, rtol=1e-5, atol=1e-6)
+    assert compute.stats()["requests_by_stage"]["post"] == before + 2  # one Update per layer
+    fwd = memory.forwarded_timing()
+    assert fwd is not None and fwd.total > 0  # both forwards' figures, summed
+    # a layer's rows come from the Update before it, never from the caller
+    (t0, p0), (t1, p1) = layers
+    with pytest.raises(errors.InvalidRequest, match="from the Update before"):
+        memory.chain([(t0, p0), ({**t1, "h": np.zeros((t1["src_ids"].size, 16), np.float32)}, p1)],
+                     base)  # fmt: skip
+    with pytest.raises(errors.InvalidRequest, match="unexpected tensor"):
+        memory.post_frame(
+            "/v1/aggregate", {"7/indptr": t0["indptr"]}, {"chain": [p0], "forward_url": base}
+        )

@@ -357,6 +357,22 @@ class ForwardingMemory:
             return compute.post_pre(layer, out["agg"], out.get("root"))
         return {"h": compute.post(layer, out["agg"], out.get("root"))}
 
+    def chain(self, layers, compute_url):
+        """Every layer in turn, as the memory function runs a chained call: each
+        aggregate forwarded, the next layer over the rows Update answered."""
+        out = None
+        for tensors, params in layers:
+            t = dict(tensors)
+            block = Block(params["num_dst"], t["src_ids"].size, t.pop("indptr"), t.pop("indices"))
+            src = t.pop("src_ids")
+            out = self.aggregate(
+                params["op"], block, src, None if out is None else out["h"], t,
+                forward=(compute_url, params["forward_layer"]),
+                forward_pre_next=params["forward_pre_next"], eps=params["eps"],
+                negative_slope=params["negative_slope"], return_root=params["return_root"],
+            )  # fmt: skip
+        return out
+
     def forwarded_timing(self):
         return None
 
