@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import sys
+
 import tomllib
 
 
