@@ -32,7 +32,9 @@ def test_partition_budget_follows_the_models_own_memory_function(tmp_path):
                     "compute_function_mb": 700, **common}],
     })  # fmt: skip
     # no instance is launched here: the platform is only shut down at the end
-    dp = DataPlane(serving, platform=SimpleNamespace(shutdown=lambda: None))
+    dp = DataPlane(
+        serving, platform=SimpleNamespace(shutdown=lambda: None, addresses_instances=True)
+    )
     try:
         big, small = dp.models["big"], dp.models["small"]
         assert big.memory_spec.memory_mb == 512 and big.orchestrator.budget_bytes == 512 * 2**20
