@@ -342,34 +342,14 @@ class MemoryClient(FunctionClient):
         src_ids: np.ndarray,
         h: np.ndarray | None = None,
         extras: dict[str, np.ndarray] | None = None,
-        *,
-        eps: float = 0.0,
-        negative_slope: float = 0.2,
-        dst_offset: int | None = None,
-        return_root: bool = False,
-        partial: bool = False,
-        include_self: bool = True,
-        forward: tuple[str, int] | None = None,
-        forward_pre_next: bool = False,
-        state_set: tuple[str, str] | None = None,
+        **options: Any,
     ) -> dict[str, np.ndarray]:
         """Aggregate ``block`` (local CSR) over the rows of ``src_ids`` (global):
         ``h`` when given, else the memory side's input rows. Returns ``{"agg"[,
-        "root"]}`` or, with ``partial``, the partial state. ``forward=(url,
-        layer)``: the memory function sends the aggregate straight to the
-        compute function at ``url`` (Update of ``layer``, stage ``post``) and
-        answers with its ``{"h"}`` (``forward_pre_next``: Update also runs
-        layer ``layer + 1``'s pre, see :meth:`ComputeClient.post_pre`);
-        :meth:`forwarded_timing` is that call's. ``state_set=(model,
-        checkpoint)``: the embedding set whose stored states recompute the
-        rows that ``extras``' ``state_*`` tensors name (SRPE, see
-        ``gnn_faas/functions/memory_app.py``)."""
-        tensors, params = aggregate_frame(
-            op, block, src_ids, h, extras, eps=eps, negative_slope=negative_slope,
-            dst_offset=dst_offset, return_root=return_root, partial=partial,
-            include_self=include_self, forward=forward, forward_pre_next=forward_pre_next,
-            state_set=state_set,
-        )  # fmt: skip
+        "root"]}`` or, with ``partial``, the partial state; ``options`` are
+        :func:`aggregate_frame`'s (with ``forward``, :meth:`forwarded_timing`
+        is the forwarded call's)."""
+        tensors, params = aggregate_frame(op, block, src_ids, h, extras, **options)
         out, _ = self.post_frame("/v1/aggregate", tensors, params)
         return out
 
@@ -446,7 +426,15 @@ def aggregate_frame(
     forward_pre_next: bool = False,
     state_set: tuple[str, str] | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The tensors and params of an aggregate call (see :meth:`MemoryClient.aggregate`)."""
+    """The tensors and params of an aggregate call (:meth:`MemoryClient.aggregate`).
+
+    ``forward=(url, layer)``: the memory function sends the aggregate straight to
+    the compute function at ``url`` (Update of ``layer``, stage ``post``) and
+    answers with its ``{"h"}`` (``forward_pre_next``: Update also runs layer
+    ``layer + 1``'s pre, see :meth:`ComputeClient.post_pre`). ``state_set=(model,
+    checkpoint)``: the embedding set whose stored states recompute the rows that
+    ``extras``' ``state_*`` tensors name (SRPE, see
+    ``gnn_faas/functions/memory_app.py``)."""
     tensors = {
         "indptr": np.asarray(block.indptr, dtype=np.int64),
         "indices": np.asarray(block.indices, dtype=np.int64),
