@@ -86,11 +86,9 @@ def run(args, graph, stacks) -> int:
     for proc, pool in stacks.values():
         deadline = time.monotonic() + 180
         while True:
-            try:
+            with contextlib.suppress(urllib3.exceptions.HTTPError):  # not listening yet
                 if pool.request("GET", "/v2/health/ready").status == 200:
                     break
-            except urllib3.exceptions.HTTPError:
-                pass
             if time.monotonic() > deadline or proc.poll() is not None:
                 print("a stack did not become ready", file=sys.stderr)
                 return 1

@@ -35,6 +35,7 @@ mutation. The design and its reasons: docs/architecture.md, section 5.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import tracemalloc
 from collections.abc import Callable
@@ -459,21 +460,18 @@ class FeatureCache:
         """``(result, accounted peak)`` of ``work``: untraced with its ``bound``, or
         traced, re-executed on an empty cache when the measured peak would cross
         the limit."""
+        # a MemoryError in either run below falls through to the re-execution
         if bound is not None:
-            try:
+            with contextlib.suppress(MemoryError):  # the bound held: the process is short
                 return work(), bound
-            except MemoryError:
-                pass  # the bound held, so the process as a whole is short: as below
         else:
             self.stats.traced += 1
-            try:
+            with contextlib.suppress(MemoryError):
                 result, peak = measure_peak(work)
                 if not (
                     self.limit_bytes is not None and self.accounted_bytes(peak) > self.limit_bytes
                 ):
                     return result, peak
-            except MemoryError:
-                pass
         # the prediction was too low: free the cache, run again on an empty one
         self.stats.reexecutions += 1
         self.clear()

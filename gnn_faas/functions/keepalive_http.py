@@ -152,8 +152,9 @@ class _Connection:
             except ValueError:
                 raise ProtocolError(f"bad chunk size {size_line[:20]!r}") from None
             if size == 0:
-                while self._line():  # trailers, up to the empty line
-                    pass
+                trailer = self._line()
+                while trailer:  # trailers, up to the empty line
+                    trailer = self._line()
                 return b"".join(parts)
             parts.append(self._exact(size))
             if self._line():

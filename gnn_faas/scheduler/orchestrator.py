@@ -215,13 +215,18 @@ class Orchestrator:
         # (module docstring); off where they cannot reach its instance URLs
         self.forward = bool(forward)
 
-    def partition(self, block: Block, row_in: int, row_out: int) -> LayerPartition:
+    def partition(
+        self, block: Block, row_in: int, row_out: int, whole_only: bool = False
+    ) -> LayerPartition | None:
         """A layer's parts for this orchestrator's memory functions: the formula,
         plus what a memory function's call holds beyond it (its feature
-        stream and the answer's frame), so each call stays inside the limit."""
+        stream and the answer's frame), so each call stays inside the limit.
+        ``whole_only``: the layer as one part if it fits whole, else ``None``
+        without the window scan."""
         return partition_layer(
             block, row_in, row_out, self.budget_bytes, self.runtime_bytes,
             overhead_bytes=call_overhead_bytes(self.budget_bytes), answer_copies=2,
+            whole_only=whole_only,
         )  # fmt: skip
 
     # -- single calls ------------------------------------------------------------
@@ -357,7 +362,8 @@ class Orchestrator:
         layers = []
         for i, step in enumerate(steps):
             block = cg.block(step.layer)
-            if len(self.partition(block, step.src_dim * 4, step.agg_dim * 4)) != 1:
+            # the whole-layer check only: a layer that needs the scan runs in parts
+            if self.partition(block, step.src_dim * 4, step.agg_dim * 4, whole_only=True) is None:
                 return None
             sub, src_sel = compact_rows(block, 0, block.num_dst)
             if i and src_sel.size != block.num_src:  # h rows must be the sources, in order

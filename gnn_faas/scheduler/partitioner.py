@@ -88,12 +88,14 @@ def partition_layer(
     include_self: bool = True,
     overhead_bytes: int = 0,
     answer_copies: int = 1,
-) -> LayerPartition:
+    whole_only: bool = False,
+) -> LayerPartition | None:
     """Contiguous destination row ranges ``[a, b)`` of ``block`` covering
     ``0..num_dst`` in order, each within ``budget_bytes`` (see module doc).
     ``overhead_bytes`` is added to every part beside the runtime, and the
     output rows are counted ``answer_copies`` times (the memory function's
-    call holds the answer and its frame)."""
+    call holds the answer and its frame). ``whole_only``: ``None`` unless the
+    layer fits whole (no window scan)."""
     if budget_bytes <= 0 or runtime_bytes < 0 or row_bytes_in < 0 or row_bytes_out < 0:
         raise InvalidRequest("budget must be positive and sizes non-negative")
     if overhead_bytes < 0 or answer_copies < 1:
@@ -113,6 +115,8 @@ def partition_layer(
                                       row_bytes_out, runtime_bytes))  # fmt: skip
     if n and whole <= budget_bytes:
         return LayerPartition([(0, n)], [whole])
+    if whole_only:  # the caller only asks whether the layer is one part
+        return None
     parts, memory, oversized = [], [], []
     a = 0
     while a < n:

@@ -37,6 +37,21 @@ def reddit_like(tmp_path_factory) -> str:
     return uri
 
 
+def _part_call(block, cg, a: int, b: int):
+    """``(sub-block, src_sel, decoded call)`` of the GCN aggregate of rows ``[a, b)``,
+    as the orchestrator sends it."""
+    sub, src_sel = compact_rows(block, a, b)
+    tensors = {
+        "indptr": np.asarray(sub.indptr, np.int64),
+        "indices": np.asarray(sub.indices, np.int64),
+        "src_ids": cg.nodes[src_sel],
+        "deg_src": cg.in_degree[src_sel],
+        "deg_dst": cg.in_degree[a:b],
+    }
+    params = {"op": "gcn", "num_dst": b - a, "dst_offset": 0}
+    return sub, src_sel, decode_frame(encode_frame(tensors, params))
+
+
 def test_a_hub_partitioned_aggregate_stays_within_its_part(reddit_like):
     runtime_mb, memory_mb = 32.0, 36.0  # 4 MiB for a part's rows, edges and output
     fn = MemoryFunction(
@@ -60,16 +75,8 @@ def test_a_hub_partitioned_aggregate_stays_within_its_part(reddit_like):
     stream = fn.stream_bytes
     assert stream < cg.nodes.size * row
     for (a, b), formula in zip(parts, parts.memory_bytes, strict=True):
-        sub, src_sel = compact_rows(block, a, b)
-        tensors = {
-            "indptr": np.asarray(sub.indptr, np.int64),
-            "indices": np.asarray(sub.indices, np.int64),
-            "src_ids": cg.nodes[src_sel],
-            "deg_src": cg.in_degree[src_sel],
-            "deg_dst": cg.in_degree[a:b],
-        }
-        params = {"op": "gcn", "num_dst": b - a, "dst_offset": 0}
-        call = decode_frame(encode_frame(tensors, params))
+        sub, src_sel, call = _part_call(block, cg, a, b)
+        tensors = call[0]
         # the whole call's peak (traced from here; the cache's own measurement,
         # nested inside it, covers the work, not the rows' admission)
         if not tracemalloc.is_tracing():
@@ -100,16 +107,7 @@ def _run_parts(uri: str, graph: str, block, cg, parts, memory_mb: float, runtime
         MemoryFunctionConfig(uri, graph, memory_mb=memory_mb, baseline_mb=runtime_mb)
     )
     for a, b in parts:
-        sub, src_sel = compact_rows(block, a, b)
-        tensors = {
-            "indptr": np.asarray(sub.indptr, np.int64),
-            "indices": np.asarray(sub.indices, np.int64),
-            "src_ids": cg.nodes[src_sel],
-            "deg_src": cg.in_degree[src_sel],
-            "deg_dst": cg.in_degree[a:b],
-        }
-        params = {"op": "gcn", "num_dst": b - a, "dst_offset": 0}
-        fn.aggregate_request(*decode_frame(encode_frame(tensors, params)))
+        fn.aggregate_request(*_part_call(block, cg, a, b)[2])
     return fn.cache.stats
 
 

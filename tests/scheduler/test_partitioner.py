@@ -98,3 +98,16 @@ def test_plan_partitions_per_layer(merged_cg):
 def test_bad_budget(merged_cg):
     with pytest.raises(InvalidRequest):
         partition_layer(merged_cg.block(1), 4, 4, 0, 0)
+
+
+def test_whole_only_answers_one_part_or_none_without_the_scan(merged_cg):
+    """A layer that fits whole is the same single part either way; one that does
+    not is ``None`` under ``whole_only`` (the scan would cut it)."""
+    block = merged_cg.block(1)
+    whole = part_memory(block, 0, block.num_dst, 128, 128)
+    roomy = partition_layer(block, 128, 128, 2 * whole, RUNTIME)
+    assert list(partition_layer(block, 128, 128, 2 * whole, RUNTIME, whole_only=True)) == roomy
+    assert roomy == [(0, block.num_dst)]
+    tight = whole // 4
+    assert len(partition_layer(block, 128, 128, tight, RUNTIME)) > 1
+    assert partition_layer(block, 128, 128, tight, RUNTIME, whole_only=True) is None
