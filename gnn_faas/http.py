@@ -18,13 +18,16 @@
 
 Helpers read frames and JSON bodies and build frame responses.
 
-Frame endpoints (:func:`frame_route`), the functions' hot calls, are served
-twice over: as Flask views, and by :class:`FrameDispatcher`, a WSGI app in
-front of Flask that answers a frame body on such a path itself with the same
-conventions (errors, limits, ``Server-Timing``, trace context, the timer). A
-function call on a small graph is mostly fixed cost, and Flask's request
-machinery (request context, routing, hooks, the response object) was about a
-third of it; every other path and body still goes to Flask.
+Frame endpoints (:func:`frame_route`), the functions' hot calls, and body
+endpoints (:func:`body_route`, the gateway's inference) are served twice over:
+as Flask views, and by :class:`FrameDispatcher`, a WSGI app in front of Flask
+that answers such a request itself with the same conventions (errors, limits,
+``Server-Timing``, trace context, the timer). A function call on a small graph
+is mostly fixed cost, and Flask's request machinery (request context, routing,
+hooks, the response object) was about a third of it; every other path and
+body still goes to Flask. A server that frames requests itself
+(``functions/buffered_worker.py``) hands the dispatcher the bytes it read, so
+such a request is not parsed twice either.
 """
 
 from __future__ import annotations
@@ -32,9 +35,10 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
@@ -234,9 +238,12 @@ def _limit() -> int:
     return int(current_app.config.get("MAX_CONTENT_LENGTH") or DEFAULT_MAX_BYTES)
 
 
-# -- frame endpoints ----------------------------------------------------------------
+# -- frame and body endpoints --------------------------------------------------------
 FRAME_ROUTES = "gnn_faas_frame_routes"
+BODY_ROUTES = "gnn_faas_body_routes"
 FrameHandler = Callable[[dict, dict], "bytes | dict[str, Any]"]
+# (path parameters, body, request headers with lower-case names) -> (answer, its headers)
+BodyHandler = Callable[[dict, bytes, Mapping[str, str]], "tuple[bytes, dict[str, str]]"]
 
 
 def frame_route(app: Flask, path: str, handler: FrameHandler, bounded: bool = True) -> None:
@@ -255,16 +262,38 @@ def frame_route(app: Flask, path: str, handler: FrameHandler, bounded: bool = Tr
     app.extensions.setdefault(FRAME_ROUTES, {})[path] = (handler, bounded)
 
 
+def body_route(app: Flask, pattern: str, handler: BodyHandler) -> None:
+    """Let :class:`FrameDispatcher` answer ``POST`` requests whose path matches
+    ``pattern`` (a regular expression, matched whole; its named groups are the
+    handler's path parameters) with ``handler(params, body, headers)``, whose
+    answer is a 200's body and headers; any body with a declared length. The
+    app keeps its own Flask view of the same paths, which answers the rest
+    (chunked bodies, paths with percent-escapes) and serves the app without
+    the dispatcher; both should call the same code."""
+    app.extensions.setdefault(BODY_ROUTES, []).append((re.compile(pattern), handler))
+
+
 def _json_error(message: str) -> bytes:
     return json.dumps({"error": message}).encode()
 
 
+def environ_headers(environ: Mapping[str, Any]) -> dict[str, str]:
+    """A WSGI request's headers by lower-case name (``Content-Type`` and
+    ``Content-Length`` included)."""
+    out = {k[5:].replace("_", "-").lower(): v for k, v in environ.items() if k.startswith("HTTP_")}
+    for key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+        if environ.get(key):
+            out[key.replace("_", "-").lower()] = environ[key]
+    return out
+
+
 class FrameDispatcher:
-    """WSGI app in front of a Flask ``app``: a ``POST`` of a frame body with a
-    declared length to a :func:`frame_route` path is answered here, everything
-    else by Flask. Same answers as Flask's view and :func:`install`'s hooks:
-    the frame or a JSON error with the exception's status and headers (413
-    beyond ``MAX_CONTENT_LENGTH``, a logged 500 for a fault of ours),
+    """WSGI app in front of a Flask ``app``: a ``POST`` with a declared length
+    of a frame body to a :func:`frame_route` path, or of any body to a
+    :func:`body_route` path, is answered here, everything else by Flask. Same
+    answers as Flask's views and :func:`install`'s hooks: the handler's answer
+    or a JSON error with the exception's status and headers (413 beyond
+    ``MAX_CONTENT_LENGTH``, a logged 500 for a fault of ours),
     ``Server-Timing`` (app, serde and the handler's entries), the answer's
     ``traceparent`` (the request's trace continued or started) and the timer."""
 
@@ -272,6 +301,9 @@ class FrameDispatcher:
         self.app = app
         routes = app.extensions.get(FRAME_ROUTES, {})
         self.routes: dict[str, FrameHandler] = {p: h for p, (h, _) in routes.items()}
+        self.body_routes: list[tuple[re.Pattern, BodyHandler]] = list(
+            app.extensions.get(BODY_ROUTES, [])
+        )
         # what a server may run on its event loop when small (frame_route's ``bounded``)
         self.inline_paths = frozenset(p for p, (_, bounded) in routes.items() if bounded)
         self.timer: RequestTimer = app.extensions["gnn_faas_timer"]
@@ -291,62 +323,75 @@ class FrameDispatcher:
             return self.app(environ, start_response)
         n = int(length)
         body = b"" if n > self.limit else environ["wsgi.input"].read(n)
-        status, headers, out = self.answer(
-            environ["PATH_INFO"],
-            body,
-            n,
-            environ.get("HTTP_TRACEPARENT"),
-            environ.get("HTTP_TRACESTATE"),
-        )
+        status, headers, out = self.answer(environ["PATH_INFO"], body, n, environ_headers(environ))
         start_response(f"{status} {reason(status)}", headers)
         return [out]
 
     def takes(self, method: str, path: str, content_type: str | None) -> bool:
         """Whether a request with these is answered here (the rest goes to Flask)."""
-        return (
-            method == "POST"
-            and path in self.routes
-            and (content_type or "").split(";")[0].strip().lower() == FRAME_MIME
-        )
+        if method != "POST":
+            return False
+        if path in self.routes:
+            return (content_type or "").split(";")[0].strip().lower() == FRAME_MIME
+        return self._body_route(path) is not None
+
+    def _body_route(self, path: str) -> tuple[BodyHandler, dict] | None:
+        if "%" in path:  # Flask unquotes escapes: such a path is its to route
+            return None
+        for pattern, handler in self.body_routes:
+            m = pattern.fullmatch(path)
+            if m is not None:
+                return handler, m.groupdict()
+        return None
 
     def answer(
         self,
         path: str,
         body: bytes,
         length: int,
-        traceparent: str | None = None,
-        tracestate: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[int, list[tuple[str, str]], bytes]:
-        """``(status, headers, body)`` of a frame request to ``path`` that
-        :meth:`takes` (``length``: its declared body length; over the limit,
-        ``body`` is not read): what the WSGI call answers, and what a server
-        that framed the request itself sends (``functions/buffered_worker.py``)."""
+        """``(status, headers, body)`` of a request to ``path`` that :meth:`takes`
+        (``length``: its declared body length; over the limit, ``body`` is not
+        read; ``headers``: the request's, by lower-case name): what the WSGI
+        call answers, and what a server that framed the request itself sends
+        (``functions/buffered_worker.py``)."""
         t0 = time.perf_counter()
-        incoming = request_id.parse_traceparent(traceparent, tracestate)
+        headers = headers or {}
+        incoming = request_id.parse_traceparent(
+            headers.get("traceparent"), headers.get("tracestate")
+        )
         ctx = request_id.new_trace() if incoming is None else incoming.child()
         times = CallTimes()
         token = _times.set(times)
         try:
             with request_id.bound(ctx):
-                status, headers, out = self._answer(self.routes[path], path, body, length)
+                status, out_headers, out = self._answer(path, body, length, headers)
         finally:
             _times.reset(token)
         dt = time.perf_counter() - t0
         self.timer.record(dt, status)
-        headers += [
+        out_headers += [
             ("Content-Length", str(len(out))),
             ("Server-Timing", times.header(dt)),
             (request_id.HEADER, ctx.traceparent),
         ]
-        return status, headers, out
+        return status, out_headers, out
 
     def _answer(
-        self, handler: FrameHandler, path: str, body: bytes, length: int
+        self, path: str, body: bytes, length: int, headers: Mapping[str, str]
     ) -> tuple[int, list[tuple[str, str]], bytes]:
         try:
             if length > self.limit:
                 msg = f"request body exceeds the limit of {self.limit} bytes"
                 return 413, [("Content-Type", "application/json")], _json_error(msg)
+            handler = self.routes.get(path)
+            if handler is None:
+                route = self._body_route(path)
+                if route is None:  # pragma: no cover - callers ask takes() first
+                    raise KeyError(path)
+                out, out_headers = route[0](route[1], body, headers)
+                return 200, list(out_headers.items()), out
             t0 = time.perf_counter()
             try:
                 tensors, params = decode_frame(body, max_bytes=self.limit)
@@ -363,8 +408,8 @@ class FrameDispatcher:
             status = http_status(exc)
             if status == 500:  # ours, not the client's: the log says why
                 log.error("error serving POST %s: %s", path, exc)
-            headers = [("Content-Type", "application/json"), *http_headers(exc).items()]
-            return status, headers, _json_error(str(exc) or type(exc).__name__)
+            out_headers = [("Content-Type", "application/json"), *http_headers(exc).items()]
+            return status, out_headers, _json_error(str(exc) or type(exc).__name__)
         except Exception as exc:
             log.exception("unhandled error serving POST %s", path)
             out = _json_error(f"internal error ({type(exc).__name__})")
@@ -380,8 +425,10 @@ def reason(status: int) -> str:
 
 
 def wsgi_app(app: Any) -> Any:
-    """The WSGI app to serve: a Flask app with frame routes behind a
+    """The WSGI app to serve: a Flask app with frame or body routes behind a
     :class:`FrameDispatcher`, anything else as it is."""
-    if isinstance(app, Flask) and app.extensions.get(FRAME_ROUTES):
+    if isinstance(app, Flask) and (
+        app.extensions.get(FRAME_ROUTES) or app.extensions.get(BODY_ROUTES)
+    ):
         return FrameDispatcher(app)
     return app

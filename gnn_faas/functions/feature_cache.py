@@ -27,8 +27,12 @@ an upper bound of its allocations) is at most ``untraced_share`` of the limit
 runs untraced: the cache reserves the bound instead of the prediction and
 accounts the bound as its peak, so the ceiling holds without a measurement.
 Tracing slows every allocation of the process (a lone small request's
-Aggregate took ~4x longer under it), while for such requests the bound costs
-the cache a few rows at most. Larger requests are traced while they run. Nothing here is sized by the graph: an idle instance's memory
+Aggregate took ~4x longer under it, and starting it costs ~0.6 ms), while the
+bound costs the cache at most that share of its room while the request runs
+(the bound is loose, up to ~20x a request's real peak, so a share of 1/32 had a
+quarter of the calls of Bitcoin OTC's lone requests traced, at 1/8 none of 200
+with a 256 MB function). Larger requests
+are traced while they run. Nothing here is sized by the graph: an idle instance's memory
 must not grow with its vertex count. One re-entrant lock guards every
 mutation. The design and its reasons: docs/architecture.md, section 5.
 """
@@ -70,7 +74,7 @@ class CachePolicy:
     growth: float = 1.5  # allocation grows by this factor (on demand, never past capacity)
     # a request whose closed-form bound is at most this share of the limit runs untraced
     # (its bound reserved and accounted instead of a measured peak); 0: trace every request
-    untraced_share: float = 1 / 32
+    untraced_share: float = 1 / 8
 
     def __post_init__(self) -> None:
         if self.decay_every < 1:

@@ -36,10 +36,14 @@ from gnn_faas.functions.buffered_worker import front_stats
 from gnn_faas.gateway.data_plane import DataPlane, ModelRuntime
 from gnn_faas.gateway.inference_request import HEADER_LENGTH, RawInferRequest
 from gnn_faas.gateway.openapi import build_openapi
-from gnn_faas.http import install, request_body
+from gnn_faas.http import body_route, install, request_body
 from gnn_faas.metrics import CONTENT_TYPE, http_families
 
 log = logging.getLogger("gnn_faas.gateway")
+
+# POST /v2/models/{m}[/versions/{v}]/infer, as the dispatcher matches it (Flask's
+# default converter: one path segment each)
+INFER_PATH = r"/v2/models/(?P<name>[^/]+)(?:/versions/(?P<version>[^/]+))?/infer"
 
 
 def create_gateway_app(plane: DataPlane) -> Flask:
@@ -99,16 +103,26 @@ def create_gateway_app(plane: DataPlane) -> Flask:
         ok = runtime(name, version).ready()
         return jsonify({"name": name, "ready": ok}), 200 if ok else 503
 
+    def answer_infer(name: str, version: str | None, raw: RawInferRequest):
+        """The answer's body and headers (one code path for both routes below)."""
+        result = runtime(name, version).infer(raw)
+        if version is not None:
+            result = dataclasses.replace(result, model_version=version)
+        return result.encode()
+
     @app.post("/v2/models/<name>/infer")
     @app.post("/v2/models/<name>/versions/<version>/infer")
     def infer(name: str, version: str | None = None):
-        rt = runtime(name, version)
         raw = RawInferRequest(request_body(), request.headers.get(HEADER_LENGTH))
-        result = rt.infer(raw)
-        if version is not None:
-            result = dataclasses.replace(result, model_version=version)
-        body, headers = result.encode()
+        body, headers = answer_infer(name, version, raw)
         return Response(body, status=200, headers=headers)
+
+    def infer_from_bytes(params: dict, body: bytes, headers) -> tuple[bytes, dict]:
+        raw = RawInferRequest(body, headers.get(HEADER_LENGTH.lower()))
+        return answer_infer(params["name"], params["version"], raw)
+
+    # the same, answered by the FrameDispatcher without Flask (gnn_faas/http.py)
+    body_route(app, INFER_PATH, infer_from_bytes)
 
     @app.get("/metrics")
     def metrics():

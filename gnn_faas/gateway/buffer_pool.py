@@ -564,6 +564,8 @@ class MultiBufferPool:
         self._cond = threading.Condition(threading.Lock())
         self._thread: threading.Thread | None = None
         self._stopping = False
+        # when the sleeping ticker wakes by itself (None: it is not asleep)
+        self._ticker_wakes_at: float | None = None
         self.callback_errors = 0
 
     # -- requests --------------------------------------------------------------------
@@ -585,7 +587,7 @@ class MultiBufferPool:
             now = self.clock.now()
             req = PendingRequest(str(request_id), u, now, now + slo, payload)
             buffer_id, _, closed = self._state.submit(req, now)
-            self._cond.notify_all()
+            self._wake_ticker_if_due_sooner()
         self._deliver(closed)
         return buffer_id
 
@@ -597,7 +599,7 @@ class MultiBufferPool:
         with self._cond:
             now = self.clock.now()
             closed = self._state.finished(now, duration_s, requests, mean_wait_s, queued_s)
-            self._cond.notify_all()
+            self._wake_ticker_if_due_sooner()
         self._deliver(closed)
 
     def tick(self) -> list[ClosedBuffer]:
@@ -640,14 +642,29 @@ class MultiBufferPool:
         if flush:
             self.flush()
 
+    def _wake_ticker_if_due_sooner(self) -> None:
+        """Under the lock, after a change: wake the sleeping ticker only when
+        the next event now falls before it would wake. A request dispatched at
+        once (or joining a buffer that closes later) then costs no thread
+        wake-up, nor the ticker's grab of the GIL while the request runs."""
+        wakes_at = self._ticker_wakes_at
+        if wakes_at is not None and self._state.next_event_time() < wakes_at:
+            self._cond.notify_all()
+
     def _run(self) -> None:
         while True:
             with self._cond:
                 if self._stopping:
                     return
-                wait = self._state.next_event_time() - self.clock.now()
+                now = self.clock.now()
+                wait = self._state.next_event_time() - now
                 if wait > 0:
-                    self._cond.wait(timeout=min(wait, self.max_wait_s))
+                    wait = min(wait, self.max_wait_s)
+                    self._ticker_wakes_at = now + wait
+                    try:
+                        self._cond.wait(timeout=wait)
+                    finally:
+                        self._ticker_wakes_at = None
                     continue
             try:
                 self.tick()

@@ -10,12 +10,13 @@ INLINE_MAX = 4096  # the front's inline_max_bytes here
 
 
 def factory():
+    import json
     import threading
 
     import numpy as np
-    from flask import Flask, jsonify, request
+    from flask import Flask, has_request_context, jsonify, request
 
-    from gnn_faas.http import frame_route, install
+    from gnn_faas.http import body_route, frame_route, install
 
     app = install(Flask("front-test"), max_content_length=int(sys.argv[4]))
     held, release = threading.Event(), threading.Event()
@@ -26,6 +27,20 @@ def factory():
         return {"main": np.array([int(main)], np.int64)}
 
     frame_route(app, "/where", where)
+
+    def raw(params: dict, body: bytes, headers) -> tuple[bytes, dict]:
+        """Who answered a body route: Flask (a request context) or the dispatcher."""
+        out = {"flask": has_request_context(), "n": int(params["n"]), "bytes": len(body),
+               "main": threading.current_thread() is threading.main_thread(),
+               "type": headers.get("content-type")}  # fmt: skip
+        return json.dumps(out).encode(), {"Content-Type": "application/json"}
+
+    body_route(app, r"/raw/(?P<n>[0-9]+)", raw)
+
+    @app.post("/raw/<int:n>")
+    def raw_view(n: int):
+        body, headers = raw({"n": n}, request.get_data(), {"content-type": request.content_type})
+        return app.response_class(body, headers=headers)
 
     @app.get("/hold")
     def hold():  # a request that stays in the thread pool until /release

@@ -1,5 +1,8 @@
 """A real gateway in this process: DataPlane over the local platform (real
-function processes), its Flask app served on a free loopback port by werkzeug.
+function processes), its app served on a free loopback port by werkzeug: as
+production serves it (``url``: the Flask app behind the
+:class:`~gnn_faas.http.FrameDispatcher`, which answers inference itself) and the
+bare Flask app (``flask_url``), so tests can hold the two paths to one answer.
 
 ``live_gateway`` serves a GCN with task ``embedding`` (it answers vertex, edge
 and graph requests) on Bitcoin OTC, and the reference: the same checkpoint run
@@ -21,6 +24,7 @@ import pytest
 @dataclass
 class LiveGateway:
     url: str
+    flask_url: str
     app: object
     plane: object
     model: str
@@ -35,6 +39,7 @@ def live_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveGatew
     from gnn_faas.config import ServingConfig, from_dict
     from gnn_faas.gateway.app import create_gateway_app
     from gnn_faas.gateway.data_plane import DataPlane
+    from gnn_faas.http import wsgi_app
     from gnn_faas.storage.datasets import ensure_dataset
     from tests.pyg_reference import checkpoint_with_reference
 
@@ -77,12 +82,17 @@ def live_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveGatew
                 raise TimeoutError("function instances not ready in 120 s")
             time.sleep(0.2)
         app = create_gateway_app(plane)
-        server = make_server("127.0.0.1", 0, app, threaded=True)
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
+        servers = [
+            make_server("127.0.0.1", 0, wsgi_app(app), threaded=True),
+            make_server("127.0.0.1", 0, app, threaded=True),
+        ]
+        threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
+        for thread in threads:
+            thread.start()
         try:
             yield LiveGateway(
-                url=f"http://127.0.0.1:{server.server_port}",
+                url=f"http://127.0.0.1:{servers[0].server_port}",
+                flask_url=f"http://127.0.0.1:{servers[1].server_port}",
                 app=app,
                 plane=plane,
                 model="emb",
@@ -90,7 +100,8 @@ def live_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveGatew
                 num_nodes=graph.num_nodes,
             )
         finally:
-            server.shutdown()
-            thread.join(timeout=10)
+            for server, thread in zip(servers, threads):
+                server.shutdown()
+                thread.join(timeout=10)
     finally:
         plane.shutdown()

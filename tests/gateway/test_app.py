@@ -220,3 +220,79 @@ def test_openapi_document_describes_every_endpoint(live_gateway):
     infer = doc["paths"]["/v2/models/{name}/infer"]["post"]
     assert set(infer["requestBody"]["content"]) == {"application/json", "application/octet-stream"}
     assert infer["parameters"][0]["name"] == "Inference-Header-Content-Length"
+
+
+def _comparable(r: requests.Response) -> tuple:
+    """What an answer must share across the two paths: status, content type,
+    Retry-After, and the body (an answer's per-request figures and ids aside)."""
+    head = (r.status_code, r.headers["Content-Type"].split(";")[0], r.headers.get("Retry-After"))
+    n = int(r.headers.get("Inference-Header-Content-Length", len(r.content)))
+    body = json.loads(r.content[:n])
+    body.pop("id", None)
+    body.pop("parameters", None)
+    return head + (json.dumps(body, sort_keys=True), r.content[n:])  # binary tensors as bytes
+
+
+def test_the_dispatcher_answers_inference_as_the_flask_view(live_gateway):
+    """Production serves inference through the FrameDispatcher (no Flask); the
+    Flask view answers the same requests identically: answers (JSON and binary
+    tensor data, versioned), client errors, unknown models and versions, bodies
+    over the limit, and every answer timed and traced. A chunked body and a
+    percent-escaped path go to Flask through the dispatcher too."""
+    gw = live_gateway
+    limit = gw.plane.serving.limits.max_body_bytes
+    head = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "targets",
+                    "datatype": "INT64",
+                    "shape": [2],
+                    "parameters": {"binary_data_size": 16},
+                }
+            ],
+            "outputs": [{"name": "embeddings", "parameters": {"binary_data": True}}],
+        }
+    )
+    binary = head.encode() + np.array([7, 1], "<i8").tobytes()
+    json_headers = {"Content-Type": "application/json"}
+    cases = [  # (path, body, headers)
+        (f"/v2/models/{gw.model}/infer", json.dumps({"inputs": [tensor("targets", [7, 1])]}),
+         json_headers),
+        (f"/v2/models/{gw.model}/versions/1/infer",
+         json.dumps({"inputs": [tensor("pairs", [[1, 2]])]}), json_headers),
+        (f"/v2/models/{gw.model}/infer", binary,
+         {"Content-Type": "application/octet-stream",
+          "Inference-Header-Content-Length": str(len(head))}),
+        (f"/v2/models/{gw.model}/infer", '{"inputs": [{"name": "targets"}]}', json_headers),
+        (f"/v2/models/{gw.model}/infer", "not json", json_headers),
+        (f"/v2/models/{gw.model}/versions/9/infer", "{}", json_headers),
+        ("/v2/models/nope/infer", "{}", json_headers),
+        (f"/v2/models/{gw.model}/infer", "x" * (limit + 1), json_headers),
+    ]  # fmt: skip
+    before = gw.app.extensions["gnn_faas_timer"].as_dict()["requests"]
+    for path, body, headers in cases:
+        fast = requests.post(gw.url + path, data=body, headers=headers, timeout=60)
+        slow = requests.post(gw.flask_url + path, data=body, headers=headers, timeout=60)
+        assert _comparable(fast) == _comparable(slow), (path, fast.text[:200], slow.text[:200])
+        for r in (fast, slow):
+            assert "app;dur=" in r.headers["Server-Timing"] and r.headers["traceparent"]
+    assert gw.app.extensions["gnn_faas_timer"].as_dict()["requests"] - before == 2 * len(cases)
+    statuses = [requests.post(gw.url + p, data=b, headers=h, timeout=60).status_code
+                for p, b, h in cases]  # fmt: skip
+    assert statuses == [200, 200, 200, 400, 400, 404, 404, 413]
+
+    # a chunked body (no declared length) is Flask's: the same answer
+    def chunks():
+        yield json.dumps({"inputs": [tensor("targets", [7, 1])]}).encode()
+
+    url = f"/v2/models/{gw.model}/infer"
+    chunked = requests.post(gw.url + url, data=chunks(), headers=json_headers, timeout=60)
+    assert _comparable(chunked) == _comparable(
+        requests.post(gw.flask_url + url, data=chunks(), headers=json_headers, timeout=60)
+    )
+    np.testing.assert_allclose(outputs(chunked)["embeddings"], gw.reference[[7, 1]], RTOL, ATOL)
+    escaped = requests.post(f"{gw.url}/v2/models/{gw.model[0]}%{ord(gw.model[1]):02X}"
+                            f"{gw.model[2:]}/infer", data=cases[0][1], headers=json_headers,
+                            timeout=60)  # fmt: skip
+    np.testing.assert_allclose(outputs(escaped)["embeddings"], gw.reference[[7, 1]], RTOL, ATOL)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections import Counter
 
 import numpy as np
@@ -270,3 +271,50 @@ def test_fast_path_closes_a_lone_buffer_once_the_rate_falls():
     pool.submit("late", np.array([9]))
     # Q = 10·e^-2 + 1 ≈ 2.35 req/s: 2.35 · 0.15 < 1, so the lone request goes at once
     assert len(rec.closed) == n + 1 and rec.closed[-1].reason == "fast_path"
+
+
+class CountingCondition(threading.Condition):
+    """A condition that counts its ``notify_all`` calls."""
+
+    def __init__(self):
+        super().__init__(threading.Lock())
+        self.notified = 0
+
+    def notify_all(self):
+        self.notified += 1
+        super().notify_all()
+
+
+def _sleeping_pool(config: BufferConfig, on_close) -> tuple[MultiBufferPool, CountingCondition]:
+    """A started pool (real clock) whose ticker has gone to sleep, idle."""
+    pool = MultiBufferPool(config, 10, RealClock(), FixedTimeoutConfigurator(), on_close,
+                           max_wait_s=30.0)  # fmt: skip
+    pool._cond = cond = CountingCondition()
+    pool.start()
+    deadline = time.monotonic() + 10
+    while pool._ticker_wakes_at is None:
+        assert time.monotonic() < deadline, "the ticker never went to sleep"
+        time.sleep(0.01)
+    return pool, cond
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_the_ticker_is_woken_only_for_an_earlier_event(fast_path):
+    """A request dispatched at once leaves the sleeping ticker alone (no thread
+    wake-up); one that opens a buffer due before the ticker's own wake-up wakes
+    it, and the buffer closes on time."""
+    done = threading.Event()
+    closed = []
+    config = (
+        BufferConfig(slo_s=0.2) if fast_path else BufferConfig(slo_s=0.2, fast_path_arrivals=0.0)
+    )
+    pool, cond = _sleeping_pool(config, lambda cb: (closed.append(cb), done.set()))
+    try:
+        pool.submit("a", np.array([1, 2]))
+        assert done.wait(10.0)
+        if fast_path:
+            assert closed[0].reason == "fast_path" and cond.notified == 0
+        else:
+            assert closed[0].reason == "timeout" and cond.notified == 1
+    finally:
+        pool.stop()
