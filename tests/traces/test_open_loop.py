@@ -62,3 +62,17 @@ def test_refused_connection_is_no_answer():
     s = send_open_loop("http://127.0.0.1:9", "/p", np.zeros(3), [b"a"] * 3, timeout_s=2)
     assert s.status.tolist() == [0, 0, 0] and np.all(np.isfinite(s.latency))
     assert all(e.startswith("ConnectionRefusedError") for e in s.error)
+
+
+def test_a_server_that_never_answers_times_out_and_localhost_resolves():
+    """An accepted connection that gets no answer ends at ``timeout_s`` as a
+    ``TimeoutError`` (no hang); a host name is resolved before the sends."""
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:  # accepts (backlog), never reads
+        port = listener.getsockname()[1]
+        s = send_open_loop(f"http://localhost:{port}", "/p", np.zeros(2), [b"a"] * 2,
+                           timeout_s=0.5)  # fmt: skip
+    assert s.status.tolist() == [0, 0]
+    assert all(e.startswith("TimeoutError") for e in s.error), s.error
+    assert np.all((s.latency >= 0.45) & (s.latency < 10))
