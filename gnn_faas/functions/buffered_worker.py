@@ -45,7 +45,10 @@ response) and changes only who reads:
 - a request the app's :class:`~gnn_faas.http.FrameDispatcher` takes (a frame
   or body route: the gateway's inference) is answered from the bytes the
   loop framed, on the loop or on a pool thread, without gunicorn's parser, the
-  WSGI environ or Flask; on a lone inference request that was ~0.6 ms.
+  WSGI environ or Flask; on a lone inference request that was ~0.6 ms. An
+  answer after which the connection closes ends it (``SHUT_WR``) as soon as it
+  is sent: a client that reads to the end of the connection (the benchmarks'
+  open-loop sender) does not wait for the access line and the loop's turn.
 
 An idle kept-alive connection costs one registered socket and an empty buffer;
 a reading one, its bytes so far. Writes are bounded by ``SO_SNDTIMEO``
@@ -519,6 +522,10 @@ class BufferedWorker(ThreadWorker):
         head.append("Connection: keep-alive" if keep else "Connection: close")
         try:
             conn.sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+            if not keep:
+                # the client may read until the connection ends: end it now, not
+                # after the access line and the loop's turn (finish_request closes)
+                conn.sock.shutdown(socket.SHUT_WR)
         except OSError:
             keep = False
         line = getattr(self.log, "access_line", None)

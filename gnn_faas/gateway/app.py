@@ -103,26 +103,7 @@ def create_gateway_app(plane: DataPlane) -> Flask:
         ok = runtime(name, version).ready()
         return jsonify({"name": name, "ready": ok}), 200 if ok else 503
 
-    def answer_infer(name: str, version: str | None, raw: RawInferRequest):
-        """The answer's body and headers (one code path for both routes below)."""
-        result = runtime(name, version).infer(raw)
-        if version is not None:
-            result = dataclasses.replace(result, model_version=version)
-        return result.encode()
-
-    @app.post("/v2/models/<name>/infer")
-    @app.post("/v2/models/<name>/versions/<version>/infer")
-    def infer(name: str, version: str | None = None):
-        raw = RawInferRequest(request_body(), request.headers.get(HEADER_LENGTH))
-        body, headers = answer_infer(name, version, raw)
-        return Response(body, status=200, headers=headers)
-
-    def infer_from_bytes(params: dict, body: bytes, headers) -> tuple[bytes, dict]:
-        raw = RawInferRequest(body, headers.get(HEADER_LENGTH.lower()))
-        return answer_infer(params["name"], params["version"], raw)
-
-    # the same, answered by the FrameDispatcher without Flask (gnn_faas/http.py)
-    body_route(app, INFER_PATH, infer_from_bytes)
+    add_infer_routes(app, runtime)
 
     @app.get("/metrics")
     def metrics():
@@ -147,3 +128,30 @@ def create_gateway_app(plane: DataPlane) -> Flask:
         return resp
 
     return app
+
+
+def add_infer_routes(app: Flask, runtime) -> None:
+    """``POST /v2/models/{m}[/versions/{v}]/infer``: a Flask view, and the same
+    answered by the :class:`~gnn_faas.http.FrameDispatcher` without Flask
+    (``gnn_faas/http.py``); ``runtime(name, version)`` is the model (404 for
+    an unknown one or version)."""
+
+    def answer_infer(name: str, version: str | None, raw: RawInferRequest):
+        """The answer's body and headers (one code path for both routes)."""
+        result = runtime(name, version).infer(raw)
+        if version is not None:
+            result = dataclasses.replace(result, model_version=version)
+        return result.encode()
+
+    @app.post("/v2/models/<name>/infer")
+    @app.post("/v2/models/<name>/versions/<version>/infer")
+    def infer(name: str, version: str | None = None):
+        raw = RawInferRequest(request_body(), request.headers.get(HEADER_LENGTH))
+        body, headers = answer_infer(name, version, raw)
+        return Response(body, status=200, headers=headers)
+
+    def infer_from_bytes(params: dict, body: bytes, headers) -> tuple[bytes, dict]:
+        raw = RawInferRequest(body, headers.get(HEADER_LENGTH.lower()))
+        return answer_infer(params["name"], params["version"], raw)
+
+    body_route(app, INFER_PATH, infer_from_bytes)
