@@ -486,9 +486,10 @@ class BufferedWorker(ThreadWorker):
         return line[0] == "POST" and (path in app.routes or app.takes("POST", path, None))
 
     def _answer_frame(self, conn: BufferedConn, data: bytes, head_end: int) -> bool | None:
-        """Answer a frame call the app's :class:`~gnn_faas.http.FrameDispatcher`
-        takes straight from the bytes this loop framed (no second parse, no WSGI
-        environ); whether the connection stays open. ``None``: not such a call."""
+        """Answer a request the app's :class:`~gnn_faas.http.FrameDispatcher`
+        takes (a frame or body route) straight from the bytes this loop framed
+        (no second parse, no WSGI environ), on the loop or a pool thread;
+        whether the connection stays open. ``None``: not such a request."""
         app = self.wsgi
         if not isinstance(app, FrameDispatcher):
             return None
