@@ -493,7 +493,9 @@ class FeatureCache:
     def _touch(self, hit_slots: np.ndarray, miss_ids: np.ndarray) -> None:
         # once per request and vertex: residents count in their slot, the rest as ghosts
         if hit_slots.size:
-            self._slot_freq[np.unique(hit_slots)] += 1.0
+            # an indexed += adds once per distinct slot however often it repeats
+            # (numpy writes a[i] + 1 back for each copy): no unique() needed
+            self._slot_freq[hit_slots] += 1.0
         self._ghost.add(miss_ids, 1.0)
 
     def _tick(self) -> None:

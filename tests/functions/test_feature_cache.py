@@ -106,6 +106,15 @@ def test_eviction_order_is_low_degree_and_low_recent_frequency():
             assert set(cache.resident().tolist()) == {0, 7}
 
 
+def test_a_vertex_read_several_times_in_one_request_counts_once():
+    feats = np.arange(24, dtype=np.float32).reshape(6, 4)
+    cache = FeatureCache(6, 4, policy=CachePolicy(decay_every=1000))
+    cache.get_rows(np.arange(6), lambda ids: feats[ids])  # all resident, once each
+    out = cache.get_rows(np.array([2, 2, 5, 2, 5, 0]), lambda ids: feats[ids])
+    np.testing.assert_array_equal(out, feats[[2, 2, 5, 2, 5, 0]])
+    np.testing.assert_array_equal(cache.frequency(np.arange(6)), [2, 1, 2, 1, 1, 2])
+
+
 def test_pinned_rows_are_never_evicted(fetcher, features, degree):
     n, dim = features.shape
     cache = FeatureCache(n, dim, degree=degree, policy=CachePolicy(max_rows=200))
