@@ -22,21 +22,12 @@ import socket
 import time
 
 import numpy as np
+from interleaved_lone_requests import config  # this directory (run as a script)
 
 from gnn_faas.stack import Stack, prepared_model
 from gnn_faas.traces.open_loop import parse_answer, send_open_loop
 
 PATH = "/v2/models/bitcoin-otc/infer"
-
-
-def config(store: str, ckpt: str) -> dict:
-    return {
-        "store": store,
-        "platform": {"memory_function_mb": 256, "compute_function_mb": 512,
-                     "max_memory_instances": 4, "max_compute_instances": 4, "min_instances": 1},
-        "models": [{"name": "bitcoin-otc", "graph": "bitcoin-otc", "dataset": "bitcoin-otc",
-                    "checkpoint": ckpt, "slo_s": 0.3, "mode": "graph_sharing"}],
-    }  # fmt: skip
 
 
 def socket_exchange(port: int, body: bytes) -> tuple[float, dict]:
@@ -81,7 +72,7 @@ def main() -> int:
         for t in targets
     ]
     seen = {"open_loop": ([], []), "socket": ([], [])}
-    with Stack(config(base.store, ckpt)) as stack:
+    with Stack(config(base.store, ckpt, {"platform": {"memory_function_mb": 256}})) as stack:
         send_open_loop(stack.url, PATH, np.arange(10) * 0.05, bodies[:10])  # warm up
         for body in bodies:
             sent = send_open_loop(stack.url, PATH, np.zeros(1), [body], keep_answers=True)

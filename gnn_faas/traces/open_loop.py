@@ -126,7 +126,7 @@ async def _exchange(addresses: list[tuple], payload: bytes, timeout_s: float) ->
             return await asyncio.wait_for(_send_and_read(loop, sock, payload), timeout_s)
         finally:
             sock.close()
-    raise OSError("no address to connect to")
+    raise OSError("the host name did not resolve to an address")
 
 
 async def _send_and_read(loop: asyncio.AbstractEventLoop, sock: socket.socket, payload: bytes):
@@ -155,8 +155,13 @@ def send_open_loop(
     when it ends (a progress bar)."""
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
-    # resolved once, before any clock starts
-    addresses = [(a[0], a[4]) for a in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+    # resolved once, before any clock starts (a name that does not resolve fails
+    # each request, as a refused connection does)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        infos = []
+    addresses = [(a[0], a[4]) for a in infos]
     due = np.asarray(due_s, dtype=np.float64)
     n = due.size
     payloads = [_request_bytes(host, port, path, b, content_type) for b in bodies]

@@ -62,6 +62,8 @@ def test_refused_connection_is_no_answer():
     s = send_open_loop("http://127.0.0.1:9", "/p", np.zeros(3), [b"a"] * 3, timeout_s=2)
     assert s.status.tolist() == [0, 0, 0] and np.all(np.isfinite(s.latency))
     assert all(e.startswith("ConnectionRefusedError") for e in s.error)
+    s = send_open_loop("http://no-such-host.invalid:9", "/p", np.zeros(2), [b"a"] * 2)
+    assert s.status.tolist() == [0, 0] and all("did not resolve" in e for e in s.error)
 
 
 def test_a_server_that_never_answers_times_out_and_localhost_resolves():
