@@ -166,12 +166,7 @@ def install(app: Flask, max_content_length: int = DEFAULT_MAX_BYTES) -> Flask:
 
     @app.teardown_request
     def _unbind_times(exc) -> None:
-        token = g.pop("gnn_faas_times_token", None)
-        if token is not None:
-            try:
-                _times.reset(token)
-            except ValueError:  # set in another context (cannot happen under WSGI)
-                _times.set(None)
+        request_id.unbind(_times, g.pop("gnn_faas_times_token", None))
 
     return app
 
@@ -334,6 +329,11 @@ class FrameDispatcher:
         if path in self.routes:
             return (content_type or "").split(";")[0].strip().lower() == FRAME_MIME
         return self._body_route(path) is not None
+
+    def serves(self, path: str) -> bool:
+        """Whether ``path`` is a frame or body route (a ``POST`` there with the
+        right body is answered here; :meth:`takes` checks the body's type)."""
+        return path in self.routes or self._body_route(path) is not None
 
     def _body_route(self, path: str) -> tuple[BodyHandler, dict] | None:
         if "%" in path:  # Flask unquotes escapes: such a path is its to route

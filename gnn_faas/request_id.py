@@ -153,6 +153,17 @@ def for_execution(traces: Iterable[TraceContext | None]) -> TraceContext:
     return ctx
 
 
+def unbind(var: contextvars.ContextVar, token: contextvars.Token | None) -> None:
+    """Undo a request's ``var.set`` (its ``token``; ``None``: nothing was set).
+    A token set in another context (cannot happen under WSGI) clears ``var``."""
+    if token is None:
+        return
+    try:
+        var.reset(token)
+    except ValueError:
+        var.set(None)
+
+
 def install(app) -> None:
     """Continue or start a trace for every request of the Flask ``app``; answer
     with its ``traceparent`` (this process's span)."""
@@ -174,9 +185,4 @@ def install(app) -> None:
 
     @app.teardown_request
     def _unbind_trace(exc) -> None:
-        token = g.pop("gnn_faas_trace_token", None)
-        if token is not None:
-            try:
-                _current.reset(token)
-            except ValueError:  # set in another context (cannot happen under WSGI)
-                _current.set(None)
+        unbind(_current, g.pop("gnn_faas_trace_token", None))

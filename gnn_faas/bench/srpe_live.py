@@ -82,19 +82,6 @@ def stack_config(args: argparse.Namespace, store: str, graph: str, ckpt: Path, m
     }
 
 
-def request_body(n_red: int, feats: np.ndarray, edges: np.ndarray) -> dict:
-    from gnn_faas.traces.replay import vertex_request
-
-    body = vertex_request([n_red])
-    body["inputs"] += [
-        {"name": "features", "datatype": "FP32", "shape": list(feats.shape),
-         "data": feats.reshape(-1).tolist()},
-        {"name": "edges", "datatype": "INT64", "shape": list(edges.shape),
-         "data": edges.tolist()},
-    ]  # fmt: skip
-    return body
-
-
 def reads(status: dict) -> dict[str, dict[str, float]]:
     """Per model: what its memory functions gathered and read, and what the
     gateway read for it, so far."""
@@ -200,6 +187,7 @@ def run_live(
     import requests
 
     from gnn_faas.stack import Stack
+    from gnn_faas.traces.replay import new_vertex_request
 
     models: dict[str, dict] = {"exact": {"embeddings": "exact"}}
     for policy in policies:
@@ -210,7 +198,7 @@ def run_live(
                     "recompute_policy": policy, "recompute_from": source,
                 }  # fmt: skip
     precompute_s = write_sets(reduced, ckpt, [n for n in models if n != "exact"])
-    bodies = [request_body(reduced.num_nodes, f, e) for f, e in raw]
+    bodies = [new_vertex_request([reduced.num_nodes], f, e) for f, e in raw]
     names = list(models)
     config = stack_config(args, store, reduced.name, ckpt, models)
     with tempfile.TemporaryDirectory(prefix="gnn-faas-srpe-live-") as tmp:

@@ -483,7 +483,7 @@ class BufferedWorker(ThreadWorker):
         if len(line) != 3:
             return False
         path = line[1].partition("?")[0]
-        return line[0] == "POST" and (path in app.routes or app.takes("POST", path, None))
+        return line[0] == "POST" and app.serves(path)
 
     def _answer_frame(self, conn: BufferedConn, data: bytes, head_end: int) -> bool | None:
         """Answer a request the app's :class:`~gnn_faas.http.FrameDispatcher`

@@ -101,6 +101,20 @@ def vertex_request(targets, request_id: str | None = None) -> dict:
     return body
 
 
+def new_vertex_request(targets, feats: np.ndarray, edges: np.ndarray) -> dict:
+    """A vertex request that also adds vertices (their ``features``, one row
+    each) and ``edges`` ([k, 2] pairs over stored and added ids) for this
+    request only (``gateway/new_vertices.py``)."""
+    body = vertex_request(targets)
+    body["inputs"] += [
+        {"name": "features", "datatype": "FP32", "shape": list(feats.shape),
+         "data": feats.reshape(-1).tolist()},
+        {"name": "edges", "datatype": "INT64", "shape": list(edges.shape),
+         "data": edges.tolist()},
+    ]  # fmt: skip
+    return body
+
+
 def replay(
     url: str,
     model: str,

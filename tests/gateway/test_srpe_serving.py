@@ -24,7 +24,7 @@ from gnn_faas.functions.precompute import full_graph_embeddings, precompute
 from gnn_faas.storage.embeddings import EmbeddingStore, write_embeddings
 from gnn_faas.storage.overlay import GraphOverlay
 from gnn_faas.storage.srpe_graph import build_srpe_graph
-from gnn_faas.traces.replay import vertex_request
+from gnn_faas.traces.replay import new_vertex_request
 from tests.functions.test_composition import cora_fetcher, make_model
 from tests.functions.test_srpe_recompute import triangle_request
 from tests.gateway.test_gateway_e2e import burst, infer, output
@@ -90,17 +90,6 @@ def served(tmp_path_factory):
         yield stack, fetcher, updates, shas, {name: (arch, budget) for name, arch, budget in models}
 
 
-def new_vertex_body(targets, feats: np.ndarray, edges: np.ndarray) -> dict:
-    body = vertex_request(list(targets))
-    body["inputs"] += [
-        {"name": "features", "datatype": "FP32", "shape": list(feats.shape),
-         "data": feats.reshape(-1).tolist()},
-        {"name": "edges", "datatype": "INT64", "shape": list(edges.shape),
-         "data": edges.tolist()},
-    ]  # fmt: skip
-    return body
-
-
 def in_process(fetcher, update, emb, targets, budget, ov, from_state: bool):
     """``bench srpe``'s serving path: the SRPE graph and the layers in process."""
     sg = build_srpe_graph(fetcher, targets, 2, budget, overlay=ov, from_state=from_state)
@@ -133,34 +122,46 @@ def requests_of(fetcher):
     ]
 
 
+def served_equal_in_process(stack, fetcher, update, emb, name, budget, source: str):
+    """Serve each new-vertex request of :func:`requests_of` by model ``name``
+    and check it against in-process SRPE recomputing from ``source``: the same
+    scores, the same candidates recomputed, each recomputed candidate's state
+    row read once from states and none from neighbourhoods. Yields, per
+    request, its targets, overlay and served scores."""
+    n = fetcher.graph.num_nodes
+    for targets, feats, edges in requests_of(fetcher):
+        ov = GraphOverlay.build(n, feats, edges, symmetrize=True)
+        from_state = source == "state"
+        want, sg = in_process(fetcher, update, emb, targets, budget, ov, from_state=from_state)
+        before = memory_state_rows(stack, name)
+        resp = infer(stack.url, new_vertex_request(targets, feats, edges), model=name)
+        assert resp.status_code == 200, resp.text
+        np.testing.assert_allclose(output(resp, "scores"), want, RTOL, ATOL)
+        params = resp.json()["parameters"]
+        assert params["recompute_from"] == source
+        assert params["recomputed"] == sg.recomputed.size > 0
+        read = memory_state_rows(stack, name) - before
+        assert read == (sg.recomputed.size if from_state else 0)
+        yield targets, ov, want
+
+
 @pytest.mark.parametrize("arch", STATE_ARCHS)
 def test_served_state_recomputation_equals_in_process_srpe(served, arch):
     stack, fetcher, updates, shas, _ = served
     update = updates[arch]
-    n = fetcher.graph.num_nodes
     approximate = []
     for budget in BUDGETS:
         name = model_name(arch, budget)
         emb = EmbeddingStore.open(fetcher.graph, name, shas[arch])
         meta = requests.get(f"{stack.url}/v2/models/{name}", timeout=30).json()["parameters"]
         assert meta["recompute_from"] == "state" and "recompute_from_reason" not in meta
-        for targets, feats, edges in requests_of(fetcher):
-            ov = GraphOverlay.build(n, feats, edges, symmetrize=True)
-            want, sg = in_process(fetcher, update, emb, targets, budget, ov, from_state=True)
-            before = memory_state_rows(stack, name)
-            resp = infer(stack.url, new_vertex_body(targets, feats, edges), model=name)
-            assert resp.status_code == 200, resp.text
-            np.testing.assert_allclose(output(resp, "scores"), want, RTOL, ATOL)
-            params = resp.json()["parameters"]
-            assert params["recompute_from"] == "state"
-            assert params["recomputed"] == sg.recomputed.size > 0
-            # the memory function read each recomputed candidate's state row once
-            assert memory_state_rows(stack, name) - before == sg.recomputed.size
+        served = served_equal_in_process(stack, fetcher, update, emb, name, budget, "state")
+        for targets, ov, scores in served:
             ref = exact(fetcher, update, targets, ov)
             if budget == 1.0:  # every candidate recomputed: exact serving
-                np.testing.assert_allclose(output(resp, "scores"), ref, RTOL, ATOL)
+                np.testing.assert_allclose(scores, ref, RTOL, ATOL)
             else:  # stale stored embeddings of the candidates not recomputed
-                approximate.append(not np.allclose(want, ref, RTOL, ATOL))
+                approximate.append(not np.allclose(scores, ref, RTOL, ATOL))
     assert any(approximate)
 
 
@@ -207,20 +208,10 @@ def test_models_without_states_fall_back_to_neighbourhoods(served, name, reason)
     stack, fetcher, updates, shas, settings = served
     arch, budget = settings[name]
     update = updates[arch]
-    n = fetcher.graph.num_nodes
     meta = requests.get(f"{stack.url}/v2/models/{name}", timeout=30).json()["parameters"]
     assert meta["recompute_from"] == "neighbourhood" and reason in meta["recompute_from_reason"]
     status = next(m for m in stack.status()["models"] if m["model"] == name)
     assert status["srpe"]["recompute_from"] == "neighbourhood"
     emb = EmbeddingStore.open(fetcher.graph, name, shas[arch])
-    for targets, feats, edges in requests_of(fetcher):
-        ov = GraphOverlay.build(n, feats, edges, symmetrize=True)
-        want, sg = in_process(fetcher, update, emb, targets, budget, ov, from_state=False)
-        before = memory_state_rows(stack, name)
-        resp = infer(stack.url, new_vertex_body(targets, feats, edges), model=name)
-        assert resp.status_code == 200, resp.text
-        np.testing.assert_allclose(output(resp, "scores"), want, RTOL, ATOL)
-        params = resp.json()["parameters"]
-        assert params["recompute_from"] == "neighbourhood"
-        assert params["recomputed"] == sg.recomputed.size > 0
-        assert memory_state_rows(stack, name) == before  # no state read
+    served = served_equal_in_process(stack, fetcher, update, emb, name, budget, "neighbourhood")
+    assert len(list(served)) == len(requests_of(fetcher))
