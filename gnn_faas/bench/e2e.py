@@ -13,7 +13,9 @@ local platform and function processes):
 - ``no_sharing``: buffers, but each request aggregated on its own.
 
 Instances are warmed before the stream (one of each function), and metering
-covers the first request to the last response. Each mode reports the median
+covers the first request to the last response; each mode also reports the
+GB-s its warm instances alone cost over that window (its floor, see
+:func:`warm_floor_gb_s`). Each mode reports the median
 of its answers' ``breakdown_ms`` (parse, k-hop fetch, buffer, each kind of
 function call's transport, (de)serialisation and work). With several ``--rps``
 values the stacks run once per rate and the JSON is
@@ -129,13 +131,31 @@ def inprocess_pyg_p50_ms(graph, ckpt, targets: np.ndarray, n: int = 200) -> floa
     return float(np.median(times) * 1e3)
 
 
-def summarise(result: ReplayResult, slo_s: float, metering: dict) -> dict:
+def warm_floor_gb_s(platform: dict, window_s: float) -> float:
+    """GB-s of keeping ``min_instances`` of each function warm for ``window_s``:
+
+        floor = min_instances · (m_memory + m_compute) / 1024 · window_s
+
+    (``m``: the functions' sizes in MB). Every mode keeps that many instances
+    alive however few requests come, so below the rate at which they are
+    busy, ``floor / requests`` is the least GB-s per request a mode can be
+    metered, and the ratio of two modes' figures cannot fall under the ratio
+    of their floors to what the other mode was metered."""
+    gb = (platform["memory_function_mb"] + platform["compute_function_mb"]) / 1024
+    return int(platform.get("min_instances", 1)) * gb * max(float(window_s), 0.0)
+
+
+def summarise(
+    result: ReplayResult, slo_s: float, metering: dict, platform: dict | None = None
+) -> dict:
     """Latency, SLO, sharing and resource figures of one replay.
 
     ``sharing_degree``: mean over the closed buffers the replayed requests were
     in; ``aggregated_rows_per_request``: rows aggregated (each buffer's once)
     over requests; GB-s and vCPU-s: metered between the first request and the
-    last response, over requests.
+    last response, over requests; ``warm_floor_gb_s_per_request``: what the
+    mode's warm instances alone cost over that window (:func:`warm_floor_gb_s`),
+    over requests (with the stack's ``platform`` config).
     """
     out = result.summary(slo_s)
     executions: dict = {}  # each execution's rows count once, however many it served
@@ -158,6 +178,9 @@ def summarise(result: ReplayResult, slo_s: float, metering: dict) -> dict:
         instances=int(metering.get("instances", 0)),
         breakdown_ms=median_breakdown(result.parameters),
     )
+    if platform is not None and result.arrival.size:
+        window = float(np.nanmax(result.send + result.latency))  # the metering window
+        out["warm_floor_gb_s_per_request"] = warm_floor_gb_s(platform, window) / n
     return out
 
 
@@ -269,6 +292,10 @@ def run_rate(
     if "gnn_faas" in results and "request_centric" in results:
         g, r = results["gnn_faas"], results["request_centric"]
         results["gb_s_ratio"] = g["gb_s_per_request"] / max(r["gb_s_per_request"], 1e-12)
+        # the least gb_s_ratio gnn_faas could reach here: its warm instances alone
+        results["warm_floor_gb_s_ratio"] = g["warm_floor_gb_s_per_request"] / max(
+            r["gb_s_per_request"], 1e-12
+        )
         results["vcpu_s_ratio"] = g["vcpu_s_per_request"] / max(r["vcpu_s_per_request"], 1e-12)
     return results
 
@@ -326,7 +353,7 @@ def run_mode(
                           prices=prices, duration_s=args.duration)  # fmt: skip
     result = run.result
     metering = run.status["metering"]["total"]
-    summary = summarise(result, args.slo, metering)
+    summary = summarise(result, args.slo, metering, config["platform"])
     summary["dollars"] = run.summary["dollars"]
     after = run.status["models"][0]["totals"]
     shed = int(after.get("shed", 0) - before.get("shed", 0))
