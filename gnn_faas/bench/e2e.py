@@ -178,8 +178,8 @@ def summarise(
         instances=int(metering.get("instances", 0)),
         breakdown_ms=median_breakdown(result.parameters),
     )
-    if platform is not None and result.arrival.size:
-        window = float(np.nanmax(result.send + result.latency))  # the metering window
+    if platform is not None:
+        window = result.last_answer_s  # the metering window
         out["warm_floor_gb_s_per_request"] = warm_floor_gb_s(platform, window) / n
     return out
 

@@ -118,7 +118,7 @@ def max_sample_gap(samples: list[dict], end: float) -> float:
 
 def live_figures(run: Any) -> dict:
     s, result = run.summary, run.result
-    end = float(np.nanmax(result.send + result.latency)) if result.arrival.size else 0.0
+    end = result.last_answer_s
     return {
         "p50_ms": s["p50_ms"],
         "p99_ms": s["p99_ms"],

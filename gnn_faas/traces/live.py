@@ -166,7 +166,7 @@ def replay_live(
     # metering from the first measured send to the last answer
     w0 = result.start_monotonic
     n = int(result.arrival.size)
-    last = np.nanmax(result.send + result.latency) if n else 0.0
+    last = result.last_answer_s
     status = requests.get(f"{url}/v1/status", params={"window_start": w0,
                           "window_end": w0 + float(last)}, timeout=30).json()  # fmt: skip
     metering = status["metering"]["total"]
@@ -203,7 +203,7 @@ def write_live(out: Path, run: LiveRun, duration_s: float, sim_runs: dict | None
     """``requests.csv``, ``timeline.csv``, ``summary.json`` and the plots."""
     result, summary = run.result, run.summary
     out.mkdir(parents=True, exist_ok=True)
-    end = np.nanmax(result.send + result.latency) if result.send.size else 0.0
+    end = result.last_answer_s
     seconds = max(int(np.ceil(max(duration_s, end))), 1)
     tl = timeline_from(result, run.samples, seconds)
     write_timeline(out / "timeline.csv", tl)

@@ -75,6 +75,12 @@ class ReplayResult:
             start_monotonic=self.start_monotonic + t0,
         )
 
+    @property
+    def last_answer_s(self) -> float:
+        """Seconds from the replay's start to its last answer (0 without requests):
+        the end of a metering window that starts with the first send."""
+        return float(np.nanmax(self.send + self.latency)) if self.send.size else 0.0
+
     def summary(self, slo_s: float) -> dict:
         lat = np.asarray(self.latencies_s) if self.latencies_s else np.zeros(1)
         return {

@@ -142,3 +142,14 @@ def test_status_sampler_skips_error_answers():
             time.sleep(0.01)
     assert s.failed >= 3 and len(s.samples) >= 3
     assert all(x["allocated_gb"] == 0.5 and x["instances"] == {"f": 1} for x in s.samples)
+
+
+def test_last_answer_ends_with_the_latest_answer_not_the_latest_send():
+    from gnn_faas.traces.replay import ReplayResult
+
+    result = ReplayResult(
+        send=np.array([0.0, 1.0, 2.0]),
+        latency=np.array([3.5, 0.1, np.nan]),  # the last send never answered
+    )
+    assert result.last_answer_s == pytest.approx(3.5)
+    assert ReplayResult().last_answer_s == 0.0
