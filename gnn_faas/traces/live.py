@@ -168,7 +168,7 @@ def replay_live(
     n = int(result.arrival.size)
     last = result.last_answer_s
     status = requests.get(f"{url}/v1/status", params={"window_start": w0,
-                          "window_end": w0 + float(last)}, timeout=30).json()  # fmt: skip
+                          "window_end": w0 + last}, timeout=30).json()  # fmt: skip
     metering = status["metering"]["total"]
     ok = result.status == 200
     lat = result.latency[ok]

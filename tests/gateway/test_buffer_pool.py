@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from collections import Counter
 
 import numpy as np
@@ -274,15 +273,21 @@ def test_fast_path_closes_a_lone_buffer_once_the_rate_falls():
 
 
 class CountingCondition(threading.Condition):
-    """A condition that counts its ``notify_all`` calls."""
+    """A condition that counts its ``notify_all`` calls and sets ``waiting``
+    when a thread (the pool's ticker) goes to sleep on it."""
 
     def __init__(self):
         super().__init__(threading.Lock())
         self.notified = 0
+        self.waiting = threading.Event()
 
     def notify_all(self):
         self.notified += 1
         super().notify_all()
+
+    def wait(self, timeout=None):
+        self.waiting.set()
+        return super().wait(timeout)
 
 
 def _sleeping_pool(config: BufferConfig, on_close) -> tuple[MultiBufferPool, CountingCondition]:
@@ -291,10 +296,9 @@ def _sleeping_pool(config: BufferConfig, on_close) -> tuple[MultiBufferPool, Cou
                            max_wait_s=30.0)  # fmt: skip
     pool._cond = cond = CountingCondition()
     pool.start()
-    deadline = time.monotonic() + 10
-    while pool._ticker_wakes_at is None:
-        assert time.monotonic() < deadline, "the ticker never went to sleep"
-        time.sleep(0.01)
+    assert cond.waiting.wait(10.0), "the ticker never went to sleep"
+    with cond:  # it holds the lock until its wait() releases it
+        assert pool._ticker_wakes_at is not None
     return pool, cond
 
 
