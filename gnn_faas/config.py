@@ -70,6 +70,10 @@ class GatewayConfig:
     # execution whose every layer is one part runs all its layers in one call),
     # where the platform addresses instances (local, docker; README, "Low load")
     forward_update: bool = True
+    # the graph structure every request's k-hop step reads (indptr, indices,
+    # degrees) is held in the gateway's memory when it fits this budget, else
+    # read through a chunk cache of this size (storage/resident.py)
+    structure_budget_mb: float = 512.0
 
 
 @dataclass(frozen=True)

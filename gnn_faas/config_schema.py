@@ -98,6 +98,7 @@ GATEWAY = _section(
         "body_timeout_s": _num(above=0, hi=_HOUR),
         "keepalive_s": _num(1, _HOUR),
         "forward_update": _BOOL,
+        "structure_budget_mb": _num(0, 1 << 20),
     }
 )
 LIMITS = _section(

@@ -50,9 +50,10 @@ class StorageError(GnnFaasError):
 
 
 class BlobNotFound(StorageError, NotFound):
-    """An object that should exist in the store does not."""
+    """An object that should exist in the store does not. Over HTTP a store
+    that lost a blob the manifest lists is the store's fault: 500."""
 
-    http_status = 404
+    http_status = 500
 
 
 class TransientStorageError(StorageError):
@@ -62,9 +63,28 @@ class TransientStorageError(StorageError):
 
 
 class CorruptBlob(StorageError):
-    """A blob's size or sha256 does not match the manifest."""
+    """A blob's size or sha256 does not match the manifest, or its contents
+    break the format's invariants (a CSR whose ``indptr`` goes backwards)."""
 
     http_status = 500
+
+
+class StoreUnavailable(TransientStorageError):
+    """The graph store did not answer in time or refused the call: the
+    store's fault, never the client's (503 with ``Retry-After``, named in
+    ``X-Gnn-Faas-Failed: store`` between functions and the gateway)."""
+
+    http_status = 503
+    retry_after_s: float = 2.0
+
+
+class GraphOutOfService(GnnFaasError):
+    """A model's graph was found corrupt while serving: it is taken out of
+    service (503) rather than answered wrongly, until a re-verification of the
+    store passes."""
+
+    http_status = 503
+    retry_after_s: float = 30.0
 
 
 class MissingExtra(GnnFaasError):
@@ -101,12 +121,29 @@ def http_status(exc: BaseException) -> int:
     return 500
 
 
+def failure_kind(exc: BaseException) -> str | None:
+    """What a function names in ``X-Gnn-Faas-Failed`` so the gateway knows whose
+    fault an error is: ``forward`` (the next function), ``store`` (the graph
+    store did not answer), ``corrupt`` (the store's data is corrupt); ``None``
+    for the rest."""
+    if isinstance(exc, ForwardFailed):
+        return "forward"
+    if isinstance(exc, StoreUnavailable):
+        return "store"
+    if isinstance(exc, (CorruptBlob, BlobNotFound)):
+        return "corrupt"
+    return None
+
+
 def http_headers(exc: BaseException) -> dict[str, str]:
     """Extra response headers for an error: ``Retry-After`` (whole seconds, at
-    least 1) on every 503; ``X-Gnn-Faas-Failed: forward`` on a :class:`ForwardFailed`."""
-    if isinstance(exc, ForwardFailed):
-        return {FAILED_HEADER: "forward"}
+    least 1) on every 503; ``X-Gnn-Faas-Failed`` naming whose fault it is
+    (:func:`failure_kind`)."""
+    out: dict[str, str] = {}
+    kind = failure_kind(exc)
+    if kind is not None:
+        out[FAILED_HEADER] = kind
     if http_status(exc) == 503:
         seconds = getattr(exc, "retry_after_s", 1.0)
-        return {"Retry-After": str(max(1, int(-(-float(seconds) // 1))))}
-    return {}
+        out["Retry-After"] = str(max(1, int(-(-float(seconds) // 1))))
+    return out

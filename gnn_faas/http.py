@@ -45,9 +45,10 @@ from typing import Any
 
 from flask import Flask, Response, g, jsonify, request
 from flask.json.provider import DefaultJSONProvider
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
+from werkzeug.exceptions import NotFound as NoRoute
 
-from gnn_faas import request_id
+from gnn_faas import deadline, request_id
 from gnn_faas.errors import GnnFaasError, InvalidRequest, http_headers, http_status
 from gnn_faas.wire import (
     DEFAULT_MAX_BYTES,
@@ -138,7 +139,25 @@ def install(app: Flask, max_content_length: int = DEFAULT_MAX_BYTES) -> Flask:
             msg = f"request body exceeds the limit of {app.config['MAX_CONTENT_LENGTH']} bytes"
         else:
             msg = exc.description or exc.name
-        return error_response(msg, exc.code or 500)
+        headers = {}
+        if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
+            headers["Allow"] = ", ".join(sorted(exc.valid_methods))
+        return error_response(msg, exc.code or 500, headers)
+
+    @app.before_request
+    def _options():
+        """``OPTIONS``: 204 with the ``Allow`` of the path's routes (404 for none)."""
+        if request.method != "OPTIONS":
+            return None
+        adapter = app.url_map.bind_to_environ(request.environ)
+        try:
+            adapter.match(method="\x00")  # no route takes this method: MethodNotAllowed
+        except MethodNotAllowed as exc:
+            allowed = sorted({*(exc.valid_methods or ()), "OPTIONS"})
+            return Response(status=204, headers={"Allow": ", ".join(allowed)})
+        except NoRoute:
+            return error_response(f"no such path {request.path!r}", 404)
+        return None
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):
@@ -153,6 +172,10 @@ def install(app: Flask, max_content_length: int = DEFAULT_MAX_BYTES) -> Flask:
         g.gnn_faas_t0 = time.perf_counter()
         g.gnn_faas_times = CallTimes()
         g.gnn_faas_times_token = _times.set(g.gnn_faas_times)
+        granted = deadline.from_header(request.headers.get(deadline.HEADER))
+        if granted is not None:  # the caller's deadline bounds this call's store reads
+            g.gnn_faas_deadline = deadline.scope(granted)
+            g.gnn_faas_deadline.__enter__()
 
     @app.after_request
     def _stop_timer(resp: Response):
@@ -167,6 +190,9 @@ def install(app: Flask, max_content_length: int = DEFAULT_MAX_BYTES) -> Flask:
     @app.teardown_request
     def _unbind_times(exc) -> None:
         request_id.unbind(_times, g.pop("gnn_faas_times_token", None))
+        scope = g.pop("gnn_faas_deadline", None)
+        if scope is not None:
+            scope.__exit__(None, None, None)
 
     return app
 
@@ -268,6 +294,24 @@ def body_route(app: Flask, pattern: str, handler: BodyHandler) -> None:
     app.extensions.setdefault(BODY_ROUTES, []).append((re.compile(pattern), handler))
 
 
+LOOP_ROUTES = "gnn_faas_loop_routes"
+
+
+def loop_route(app: Flask, path: str, handler: Callable[[], tuple[int, dict]]) -> None:
+    """Serve ``GET path`` with ``handler()``, whose answer is ``(status, JSON
+    object)``: as a Flask view, and by the server's event loop itself
+    (``functions/buffered_worker.py``), which answers it without a thread.
+    The handler must never block: liveness is answered this way, so a server
+    whose every thread waits (on a hung store, say) still says it is alive."""
+
+    def view() -> Response:
+        status, doc = handler()
+        return jsonify(doc), status
+
+    app.add_url_rule(path, endpoint=f"loop:{path}", view_func=view, methods=["GET"])
+    app.extensions.setdefault(LOOP_ROUTES, {})[path] = handler
+
+
 def _json_error(message: str) -> bytes:
     return json.dumps({"error": message}).encode()
 
@@ -302,6 +346,9 @@ class FrameDispatcher:
         # what a server may run on its event loop when small (frame_route's ``bounded``)
         self.inline_paths = frozenset(p for p, (_, bounded) in routes.items() if bounded)
         self.timer: RequestTimer = app.extensions["gnn_faas_timer"]
+        self.loop_routes: dict[str, Callable[[], tuple[int, dict]]] = dict(
+            app.extensions.get(LOOP_ROUTES, {})
+        )
         self.limit = int(app.config.get("MAX_CONTENT_LENGTH") or DEFAULT_MAX_BYTES)
 
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
@@ -321,6 +368,14 @@ class FrameDispatcher:
         status, headers, out = self.answer(environ["PATH_INFO"], body, n, environ_headers(environ))
         start_response(f"{status} {reason(status)}", headers)
         return [out]
+
+    def answer_loop(self, path: str) -> tuple[int, list[tuple[str, str]], bytes]:
+        """``(status, headers, body)`` of ``GET path`` for a :func:`loop_route`."""
+        status, doc = self.loop_routes[path]()
+        body = json.dumps(doc).encode()
+        self.timer.record(0.0, status)
+        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+        return status, headers, body
 
     def takes(self, method: str, path: str, content_type: str | None) -> bool:
         """Whether a request with these is answered here (the rest goes to Flask)."""
@@ -365,7 +420,9 @@ class FrameDispatcher:
         times = CallTimes()
         token = _times.set(times)
         try:
-            with request_id.bound(ctx):
+            # the caller's deadline bounds this call's store reads (gnn_faas/deadline.py)
+            granted = deadline.from_header(headers.get(deadline.HEADER.lower()))
+            with request_id.bound(ctx), deadline.scope(granted):
                 status, out_headers, out = self._answer(path, body, length, headers)
         finally:
             _times.reset(token)
@@ -428,7 +485,9 @@ def wsgi_app(app: Any) -> Any:
     """The WSGI app to serve: a Flask app with frame or body routes behind a
     :class:`FrameDispatcher`, anything else as it is."""
     if isinstance(app, Flask) and (
-        app.extensions.get(FRAME_ROUTES) or app.extensions.get(BODY_ROUTES)
+        app.extensions.get(FRAME_ROUTES)
+        or app.extensions.get(BODY_ROUTES)
+        or app.extensions.get(LOOP_ROUTES)
     ):
         return FrameDispatcher(app)
     return app

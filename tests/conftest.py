@@ -31,6 +31,17 @@ def _tracemalloc_isolated() -> Iterator[None]:
         tracemalloc.stop()
 
 
+@pytest.fixture(autouse=True)
+def _stores_up() -> Iterator[None]:
+    """Every test starts with every store up: an outage a test provoked (a
+    process-wide record, storage/store_health.py) does not make the next fail fast."""
+    from gnn_faas.storage import store_health
+
+    store_health.reset()
+    yield
+    store_health.reset()
+
+
 S3_BUCKET = "gnn-faas-tests"
 STORE_KINDS = ["file", "s3", "redis"]
 
@@ -69,7 +80,10 @@ def s3_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def _clear(uri: str) -> None:
     """Delete what a test left in a shared server (keeps the servers' memory small)."""
+    from gnn_faas.storage import store_health
     from gnn_faas.storage.backends import open_backend
+
+    store_health.reset()  # an outage the test provoked is over: the server is up
 
     with open_backend(uri) as store:
         for key in store.ls(""):

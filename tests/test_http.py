@@ -122,3 +122,45 @@ def test_the_timer_counts_both_paths():
         post(c, {"x": np.ones(3, np.float32)})
         post(c, {"x": np.ones(3, np.float32)}, {"fail": "client"})
     assert timer.as_dict()["requests"] == 4 and timer.as_dict()["errors"] == 2
+
+
+def test_405_names_the_allowed_methods_and_options_answers_204():
+    app = install(Flask("methods"))
+    app.add_url_rule("/r", "r", lambda: "x", methods=["GET"])
+    frame_route(app, "/f", lambda t, p: {})
+    c = Client(wsgi_app(app))
+    r = c.delete("/r")
+    assert r.status_code == 405 and json.loads(r.data)["error"]
+    assert r.headers["Allow"] == "GET, HEAD, OPTIONS"
+    r = c.get("/f")
+    assert r.status_code == 405 and r.headers["Allow"] == "OPTIONS, POST"
+    r = c.options("/f")
+    assert (r.status_code, r.headers["Allow"], r.data) == (204, "OPTIONS, POST", b"")
+    r = c.options("/nowhere")
+    assert r.status_code == 404 and "no such path" in json.loads(r.data)["error"]
+
+
+def test_a_callers_deadline_bounds_the_call(client):
+    """The deadline a caller sends (X-Gnn-Faas-Deadline-Ms) is the handler's; a
+    bad value leaves it without one."""
+    from gnn_faas import deadline
+
+    app = install(Flask("deadline"))
+    seen: list = []
+    frame_route(app, "/d", lambda t, p: seen.append(deadline.remaining()) or {})
+
+    @app.post("/v")
+    def view():
+        seen.append(deadline.remaining())
+        return "ok"
+
+    c = Client(wsgi_app(app))
+    body = encode_frame({})
+    headers = {"Content-Type": FRAME_MIME, deadline.HEADER: "1500"}
+    assert c.post("/d", data=body, headers=headers).status_code == 200
+    assert c.post("/v", data=b"{}", headers={deadline.HEADER: "1500"}).status_code == 200
+    for bad in ("nan", "-5", "inf", "x"):
+        c.post("/d", data=body, headers={"Content-Type": FRAME_MIME, deadline.HEADER: bad})
+    assert 0 < seen[0] <= 1.5 and 0 < seen[1] <= 1.5
+    assert seen[2:] == [None] * 4
+    assert deadline.remaining() is None  # nothing leaks out of the calls

@@ -21,6 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "gnn_faas",
         "gnn_faas.errors",
+        "gnn_faas.deadline",
         "gnn_faas.extras",
         "gnn_faas.request_id",
         "gnn_faas.metrics",

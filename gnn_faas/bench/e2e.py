@@ -40,8 +40,10 @@ from pathlib import Path
 
 import numpy as np
 
+from gnn_faas.bench.store_proxy import add_store_arguments, store_access, store_fields
 from gnn_faas.errors import InvalidRequest
 from gnn_faas.functions.checkpoint import load_config, load_state
+from gnn_faas.paths import default_store
 from gnn_faas.scheduler.sizing.function_memory import round_memory_mb
 from gnn_faas.stack import Stack, prepared_model
 from gnn_faas.storage.fetcher import KHopFetcher
@@ -63,7 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rps", default="20", help="mean requests per second (comma-separated: each)")
     p.add_argument("--duration", type=float, default=30.0, help="seconds of trace to replay")
     p.add_argument("--slo", type=float, default=0.3, help="SLO in seconds (λGrapher: 0.3)")
-    p.add_argument("--store", default=None, help="graph store URI (default: ./var/store)")
+    add_store_arguments(p)
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of modes")
     p.add_argument("--arch", default="gcn")
     p.add_argument("--seed", type=int, default=0)
@@ -214,8 +216,8 @@ def run(args: argparse.Namespace) -> dict:
             raise InvalidRequest("--frontier sweeps the objective at one --rps")
         return run_frontier(args, rates[0])
     if len(rates) == 1:
-        return run_rate(args, rates[0], with_floor=True)
-    out: dict = {"rates": {}}
+        return {**run_rate(args, rates[0], with_floor=True), **store_fields_of(args)}
+    out: dict = {"rates": {}, **store_fields_of(args)}
     for rate in rates:
         res = run_rate(args, rate, with_floor="inprocess_pyg_p50_ms" not in out)
         out.setdefault("inprocess_pyg_p50_ms", res.pop("inprocess_pyg_p50_ms", None))
@@ -225,6 +227,11 @@ def run(args: argparse.Namespace) -> dict:
         out.setdefault("duration_s", res["duration_s"])
         out.setdefault("slo_s", res["slo_s"])
     return out
+
+
+def store_fields_of(args: argparse.Namespace) -> dict:
+    """The store a run used, as its JSON names it."""
+    return store_fields(args.store or default_store(), getattr(args, "store_rtt_ms", 0.0))
 
 
 def run_frontier(args: argparse.Namespace, rps: float) -> dict:
@@ -345,7 +352,10 @@ def run_mode(
 ) -> dict:
     """One mode's stack up, warmed, replayed live at ``times``: its summary
     (request_centric's with its functions' ``baseline_mb``)."""
-    with Stack(config) as stack:
+    with (
+        store_access(config["store"], getattr(args, "store_rtt_ms", 0.0)) as (uri, env, _),
+        Stack({**config, "store": uri}, env=env) as stack,
+    ):
         # a few requests outside the measured window warm caches and connections
         replay(stack.url, args.graph, np.linspace(0, 0.5, 5), targets[:5])
         before = stack.status()["models"][0]["totals"]

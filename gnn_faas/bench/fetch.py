@@ -37,21 +37,35 @@ Figures (all summed or averaged over queries):
 from __future__ import annotations
 
 import argparse
+import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
+from gnn_faas.bench.store_proxy import store_access, store_fields
 from gnn_faas.errors import InvalidRequest, NotFound
 from gnn_faas.storage.backends import StorageBackend, open_backend
 from gnn_faas.storage.fetcher import FetchStats, KHopFetcher, sample_segments
 from gnn_faas.storage.format import MANIFEST, GraphHandle, open_graph
 from gnn_faas.storage.ranges import MAX_OVERREAD, ByteBudget
+from gnn_faas.storage.resident import open_structure
 from gnn_faas.traces.cost import load_prices, storage_price_for
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", required=True, help="store URI")
+    p.add_argument("--store", required=True, help="store URI (file://, s3://, redis://)")
+    p.add_argument(
+        "--store-rtt-ms", type=float, default=0.0,
+        help="round-trip time added to every store call (a TCP proxy; s3 and redis only)",
+    )  # fmt: skip
+    p.add_argument(
+        "--structure-budget-mb", type=float, default=None,
+        help="read the structure as the gateway does: resident when it fits this budget, "
+        "else through a chunk cache of it (default: straight from the store, as a function)",
+    )  # fmt: skip
     p.add_argument("--graph", required=True, help="graph name in the store")
     p.add_argument("--hops", type=int, default=2, help="layers of the computation graph")
     p.add_argument(
@@ -148,6 +162,28 @@ def full_download(uri: str, graph: GraphHandle, repeats: int) -> tuple[int, floa
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    rtt = getattr(args, "store_rtt_ms", 0.0)
+    with store_access(args.store, rtt) as (uri, env, _), _environ(env):
+        out = _run(argparse.Namespace(**{**vars(args), "store": uri}))
+    return {**out, **store_fields(args.store, rtt)}
+
+
+@contextmanager
+def _environ(env: dict[str, str]) -> Iterator[None]:
+    """``env`` set in this process for the block (the proxy's S3 endpoint)."""
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _run(args: argparse.Namespace) -> dict[str, Any]:
     if args.queries <= 0:
         raise InvalidRequest("--queries must be positive")
     if args.hops < 1:
@@ -162,7 +198,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     open_ms = (time.perf_counter() - t0) * 1e3
     targets, target_source = query_targets(graph, args.queries, args.seed)
 
-    fetcher = KHopFetcher(graph)
+    structure = None
+    budget_mb = getattr(args, "structure_budget_mb", None)
+    if budget_mb is not None:
+        t0 = time.perf_counter()
+        structure = open_structure(graph, int(budget_mb * 2**20))
+        open_ms += (time.perf_counter() - t0) * 1e3
+    fetcher = KHopFetcher(graph, structure=structure)
     latency = np.empty(targets.size)
     hop_trips = np.empty(targets.size)
     feat_trips = np.empty(targets.size)
@@ -229,4 +271,5 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ),
         "storage_price": price.name if price is not None else None,
         "planner": fetcher.reader.cost.to_dict(),
+        "structure": None if structure is None else structure.figures(),
     }

@@ -21,6 +21,7 @@ BENCHMARKS = {
     "e2e": "end to end over the Twitter trace: gnn_faas vs request-centric vs no sharing",
     "srpe": "precomputed embeddings with selective recomputation vs exact serving (OMEGA)",
     "overload": "stepped open-loop load: honest SLO counts, shedding, RSS per step",
+    "outage": "a store that hangs under load: liveness, deadlines, 503s naming the store, recovery",
     "soak": "steady open-loop load for minutes: RSS slope per process after warm-up",
     "live-vs-sim": "one trace window live and simulated: p50, p99, GB-s, sharing and ratios",
     "slowclients": "idle and slow-body connections held against a gateway; RSS after big bodies",

@@ -4,7 +4,9 @@
 :mod:`gnn_faas.storage.synth`), ``gnn-faas datasets reorder NAME --store URI --reorder
 METHOD [--to URI] [--as NAME]`` (a stored graph renumbered, see
 :mod:`gnn_faas.storage.reorder_stored`) and ``gnn-faas datasets metrics NAME --fanouts 10,5`` (Quiver's PSGS and FAP of a
-stored graph, see :mod:`gnn_faas.storage.workload_metrics`)."""
+stored graph, see :mod:`gnn_faas.storage.workload_metrics`) and ``gnn-faas datasets
+verify --graph NAME --store URI [--add-digests]`` (every blob checked, see
+:mod:`gnn_faas.storage.verify`)."""
 
 from __future__ import annotations
 
@@ -49,6 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="also compute PSGS and FAP for these fanouts (e.g. 10,5; 'full')",
     )
     pr.set_defaults(handler=_prepare)
+    _register_verify(cmds)
     mt = cmds.add_parser(
         "metrics", help="compute Quiver's PSGS and FAP of a stored graph (blobs psgs, fap)"
     )
@@ -164,6 +167,44 @@ def parse_metric_fanouts(text: str) -> list[int]:
     if not out or any(f == 0 or f < -1 for f in out):
         raise InvalidRequest("--fanouts: each fanout must be >= 1 (or -1 / full)")
     return out
+
+
+def _register_verify(cmds: argparse._SubParsersAction) -> None:
+    vf = cmds.add_parser(
+        "verify",
+        help="check a stored graph: every blob's size and sha256, its chunk digests, the CSR",
+    )
+    vf.add_argument("--store", default=None, help="store URI (default: file://./var/store)")
+    vf.add_argument("--graph", required=True, help="graph name in the store")
+    vf.add_argument(
+        "--add-digests",
+        action="store_true",
+        help="give blobs written before chunk digests existed their digests (after they verify)",
+    )
+    vf.add_argument("--json", action="store_true", help="print the report as JSON")
+    vf.set_defaults(handler=_verify)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    """Exit 0 when every check passes, 1 when one fails (each blob's verdict printed)."""
+    import json
+
+    from gnn_faas.paths import default_store
+    from gnn_faas.storage.format import open_graph
+    from gnn_faas.storage.verify import verify_graph
+
+    graph = open_graph(args.store or default_store(), args.graph, verify="none")
+    report = verify_graph(graph, add_digests=args.add_digests)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for key, verdict in report["blobs"].items():
+            print(f"{key:<14} {verdict}")
+        print(f"{'csr':<14} {report['csr']}")
+        if report["digests_added"]:
+            print(f"chunk digests added: {', '.join(report['digests_added'])}")
+        print(f"graph {graph.name}: {'ok' if report['ok'] else 'CORRUPT'}")
+    return 0 if report["ok"] else 1
 
 
 def _metrics(args: argparse.Namespace) -> int:

@@ -93,6 +93,10 @@ def _up(args: argparse.Namespace) -> int:
     prepare(config, log=logging.getLogger("gnn_faas.up").info)
     if config.platform.kind == "docker":
         check_mounts(config)  # what the containers mount is readable by their user
+    from gnn_faas.gateway.data_plane import load_structures
+
+    # every graph verified before anything is served: a corrupt store is one line, exit 2
+    structures = load_structures(config)
     holder: dict = {}
 
     def factory():
@@ -100,7 +104,8 @@ def _up(args: argparse.Namespace) -> int:
         from gnn_faas.gateway.data_plane import DataPlane
 
         configure_logging(args.log_level)
-        plane = DataPlane(config)
+        # resident structures come from the master (forked, not read again)
+        plane = DataPlane(config, structures=structures)
         holder["plane"] = plane
         plane.start()
         return create_gateway_app(plane)

@@ -129,7 +129,7 @@ class FrontSettings:
 
 _settings = FrontSettings()
 # what the front refused or ended in this worker process (written by its event loop only)
-_counts = {"refused": 0, "timed_out": 0, "framing_errors": 0, "requests": 0, "inline": 0}
+_counts = {"refused": 0, "timed_out": 0, "framing_errors": 0, "requests": 0, "inline": 0, "loop": 0}
 
 
 def configure(settings: FrontSettings) -> None:
@@ -436,8 +436,16 @@ class BufferedWorker(ThreadWorker):
             del conn.buf[:need]
         conn.request_bytes = need
         _counts["requests"] += 1
-        inline = self._inline(data)
         head_end = conn.head_end
+        if self._loop_path(data) is not None:  # liveness: never waits for a thread
+            conn.reset()
+            conn.sock.setblocking(True)
+            _counts["loop"] += 1
+            done: Future = Future()
+            done.set_result(self._answer_loop(conn, data, head_end))
+            self.finish_request(conn, done)
+            return
+        inline = self._inline(data)
         conn.reset()
         conn.sock.setblocking(True)
         if inline:
@@ -459,6 +467,72 @@ class BufferedWorker(ThreadWorker):
         self._in_pool += 1
         conn.in_pool = True
         self.enqueue_req(conn)
+
+    def _loop_path(self, data: bytes) -> str | None:
+        """The path of a bodiless ``GET`` the app answers on the loop
+        (:func:`~gnn_faas.http.loop_route`), else ``None``."""
+        app = self.wsgi
+        if not isinstance(app, FrameDispatcher) or not app.loop_routes:
+            return None
+        if not data.startswith(b"GET "):
+            return None
+        line = data[: data.find(b"\r\n")].decode("latin-1").split(" ")
+        if len(line) != 3:
+            return None
+        path = line[1].partition("?")[0]
+        return path if path in app.loop_routes else None
+
+    def _answer_loop(self, conn: BufferedConn, data: bytes, head_end: int) -> bool:
+        """Answer a :meth:`_loop_path` request here; whether the connection stays open."""
+        app = self.wsgi
+        lines = data[: head_end - 4].split(b"\r\n")
+        method, target, version = lines[0].decode("latin-1").split(" ")
+        connection = ""
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"connection":
+                connection = value.strip().decode("latin-1").lower()
+        path, _, query = target.partition("?")
+        t0 = time.monotonic()
+        status, out_headers, body = app.answer_loop(path)
+        return self._send_answer(
+            conn, version, connection, status, out_headers, body, (method, path, query, t0)
+        )
+
+    def _send_answer(
+        self,
+        conn: BufferedConn,
+        version: str,
+        connection: str,
+        status: int,
+        out_headers: list[tuple[str, str]],
+        body: bytes,
+        access: tuple[str, str, str, float],
+    ) -> bool:
+        """Write an answer framed here and its access line; whether the
+        connection stays open (``access``: method, path, query, start time)."""
+        keep = self.alive and "close" not in connection
+        keep = keep and (version == "HTTP/1.1" or "keep-alive" in connection)
+        head = [f"HTTP/1.1 {status} {reason(status)}"]
+        head += [f"{k}: {v}" for k, v in out_headers]
+        head.append("Connection: keep-alive" if keep else "Connection: close")
+        try:
+            conn.sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+            if not keep:
+                # the client may read until the connection ends: end it now, not
+                # after the access line and the loop's turn (finish_request closes)
+                conn.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            keep = False
+        line = getattr(self.log, "access_line", None)
+        if line is not None:
+            method, path, query, t0 = access
+            trace = dict(out_headers).get(request_id.HEADER)
+            ctx = request_id.parse_traceparent(trace)
+            remote = conn.client[0] if isinstance(conn.client, tuple) else str(conn.client or "")
+            trace_id = None if ctx is None else ctx.trace_id
+            line(method, path, query, status, len(body), time.monotonic() - t0, remote, trace_id)
+        return keep
 
     def _inline(self, data: bytes) -> bool:
         """Whether a complete request is handled on this thread (module docstring)."""
@@ -516,27 +590,9 @@ class BufferedWorker(ThreadWorker):
         n = int(length)
         status, out_headers, body = app.answer(path, data[head_end : head_end + n], n, headers)
         connection = headers.get("connection", "").lower()
-        keep = self.alive and "close" not in connection
-        keep = keep and (version == "HTTP/1.1" or "keep-alive" in connection)
-        head = [f"HTTP/1.1 {status} {reason(status)}"]
-        head += [f"{k}: {v}" for k, v in out_headers]
-        head.append("Connection: keep-alive" if keep else "Connection: close")
-        try:
-            conn.sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
-            if not keep:
-                # the client may read until the connection ends: end it now, not
-                # after the access line and the loop's turn (finish_request closes)
-                conn.sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            keep = False
-        line = getattr(self.log, "access_line", None)
-        if line is not None:
-            trace = dict(out_headers).get(request_id.HEADER)
-            ctx = request_id.parse_traceparent(trace)
-            remote = conn.client[0] if isinstance(conn.client, tuple) else str(conn.client or "")
-            trace_id = None if ctx is None else ctx.trace_id
-            line(method, path, query, status, len(body), time.monotonic() - t0, remote, trace_id)
-        return keep
+        return self._send_answer(
+            conn, version, connection, status, out_headers, body, (method, path, query, t0)
+        )
 
     def _answer_and_close(self, conn: BufferedConn, status: int, message: str) -> None:
         with contextlib.suppress(OSError):

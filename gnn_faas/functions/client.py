@@ -15,7 +15,6 @@ real function instances. Every call carries the current request's W3C
 
 from __future__ import annotations
 
-import contextvars
 import json
 import threading
 import time
@@ -29,7 +28,7 @@ import requests
 import urllib3
 from requests.adapters import HTTPAdapter
 
-from gnn_faas import errors, request_id
+from gnn_faas import deadline, errors, request_id
 from gnn_faas.functions.keepalive_http import KeepAlivePool
 from gnn_faas.functions.layer_plan import LayerStep
 from gnn_faas.storage.computation_graph import Block, ComputationGraph, cg_from_tensors
@@ -107,25 +106,14 @@ class Reply:
         return self.content.decode("utf-8", "replace")
 
 
-# When the calling thread's request must be answered (time.monotonic()), or
-# None. Set by :func:`call_deadline` where a request's function calls run on its
-# own HTTP thread (gateway/execution.py), so that no call outlives the time the
-# gateway promised the client; calls on pool threads never see it.
-_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
-    "gnn_faas_call_deadline", default=None
-)
-
-
 @contextmanager
 def call_deadline(seconds: float) -> Iterator[None]:
     """Within the block, every function call of this thread times out by
     ``seconds`` from now (each call's own timeout still applies when shorter);
-    a call begun after the deadline is :class:`~gnn_faas.errors.Unavailable`."""
-    token = _deadline.set(time.monotonic() + float(seconds))
-    try:
+    a call begun after the deadline is :class:`~gnn_faas.errors.Unavailable`.
+    The request's deadline (:mod:`gnn_faas.deadline`) under another name."""
+    with deadline.scope(seconds):
         yield
-    finally:
-        _deadline.reset(token)
 
 
 class FunctionClient:
@@ -191,10 +179,9 @@ class FunctionClient:
     def _call_timeout(self) -> float:
         """This call's timeout: the client's, cut to what is left of the calling
         request's deadline (:func:`call_deadline`)."""
-        deadline = _deadline.get()
-        if deadline is None:
+        left = deadline.remaining()
+        if left is None:
             return self.timeout
-        left = deadline - time.monotonic()
         if left <= 0:
             raise errors.Unavailable(f"no time left for a call to the {self.role} function")
         return min(self.timeout, left)
@@ -234,14 +221,23 @@ class FunctionClient:
         self, method: str, path: str, body: bytes | None = None, headers: dict | None = None
     ) -> Reply:
         # the request id of the request served, as a child span (gnn_faas/request_id.py)
-        resp = self._send(method, path, body, {**(headers or {}), **request_id.outgoing_headers()})
+        out = {**(headers or {}), **request_id.outgoing_headers()}
+        left = deadline.header_value()  # the callee's store reads stop at our deadline
+        if left is not None:
+            out[deadline.HEADER] = left
+        resp = self._send(method, path, body, out)
         if resp.status >= 400:
             try:
                 message = resp.json()["error"]
             except (ValueError, KeyError, TypeError):
                 message = resp.text[:200] or f"HTTP {resp.status}"
-            if resp.headers.get(errors.FAILED_HEADER) == "forward":
+            failed = resp.headers.get(errors.FAILED_HEADER)
+            if failed == "forward":
                 raise errors.ForwardFailed(f"{self.role} function: {message}")
+            if failed == "store":  # the store's fault: not this instance's, not the client's
+                raise errors.StoreUnavailable(message)
+            if failed == "corrupt":
+                raise errors.CorruptBlob(message)
             raise error_for_status(resp.status, f"{self.role} function: {message}")
         return resp
 

@@ -38,7 +38,7 @@ from flask import Flask, jsonify
 
 from gnn_faas.errors import InvalidRequest
 from gnn_faas.functions.metrics import compute_families, install_metrics
-from gnn_faas.http import frame_route, install
+from gnn_faas.http import frame_route, install, loop_route
 from gnn_faas.wire import DEFAULT_MAX_BYTES, params_get, require
 
 log = logging.getLogger("gnn_faas.compute")
@@ -99,9 +99,8 @@ def create_compute_app(
         extra={"model": model_dir, "device": str(model.device), "threads": n_threads},
     )
 
-    @app.get("/v2/health/live")
-    def live():
-        return jsonify({"live": True})
+    # answered on the server's event loop: liveness never waits for a thread
+    loop_route(app, "/v2/health/live", lambda: (200, {"live": True}))
 
     @app.get("/_/health")  # OpenFaaS's default readiness probe path
     @app.get("/v2/health/ready")

@@ -299,10 +299,18 @@ class FeatureCache:
         with self.lock:
             ids = np.asarray(ids, dtype=np.int64)
             ids = ids[~self.contains(ids)][: max(0, self.capacity_rows - self.rows)]
-            if ids.size == 0:
+        if ids.size == 0:
+            return 0
+        # the store read runs outside the lock: requests are served meanwhile
+        rows = np.asarray(loader(ids), np.float32).reshape(-1, self.dim)
+        with self.lock:
+            fresh = ~self.contains(ids)  # a request may have admitted some meanwhile
+            room = max(0, self.capacity_rows - self.rows)
+            keep = np.flatnonzero(fresh)[:room]
+            if keep.size == 0:
                 return 0
             before = self.stats.admissions
-            self._admit(ids, np.asarray(loader(ids), np.float32).reshape(-1, self.dim), None)
+            self._admit(ids[keep], rows[keep], None)
             return self.stats.admissions - before
 
     def resident(self) -> np.ndarray:

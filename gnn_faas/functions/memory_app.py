@@ -68,7 +68,14 @@ from typing import Any
 import numpy as np
 from flask import Flask, jsonify
 
-from gnn_faas.errors import ForwardFailed, InvalidRequest, Unavailable
+from gnn_faas.errors import (
+    BlobNotFound,
+    CorruptBlob,
+    ForwardFailed,
+    InvalidRequest,
+    StoreUnavailable,
+    Unavailable,
+)
 from gnn_faas.functions.aggregate import AGGREGATE_OPS, aggregate, partial_aggregate
 from gnn_faas.functions.client import ComputeClient, server_timing
 from gnn_faas.functions.feature_cache import (
@@ -90,11 +97,14 @@ from gnn_faas.http import (
     error_response,
     frame_route,
     install,
+    loop_route,
 )
+from gnn_faas.storage.chunked import ChunkedReads
 from gnn_faas.storage.computation_graph import Block, cg_from_tensors, cg_tensors
 from gnn_faas.storage.embeddings import EmbeddingStore
 from gnn_faas.storage.fetcher import KHopFetcher
 from gnn_faas.storage.format import open_graph
+from gnn_faas.storage.resident import WHOLE_VERIFY_BYTES, verified_reads
 from gnn_faas.wire import (
     DEFAULT_MAX_BYTES,
     decode_frame,
@@ -108,6 +118,10 @@ MAX_HOPS = 8
 STATE_TENSORS = ("state_ids", "state_count", "state_added", "state_degree_change")
 MAX_STATE_SETS = 4  # embedding sets (model, checkpoint) an instance keeps open
 DEFAULT_PREDICTOR_GRAPH = "bitcoin-otc"  # the bundled predictor transfers: its inputs are shapes
+# rows warmed before the instance is ready; the rest of the warm-up runs behind.
+# (A blob without chunk digests, from an older store, is read whole and checked
+# at start up to WHOLE_VERIFY_BYTES; the degree prior is read whole up to it too.)
+WARM_SYNC_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -384,8 +398,11 @@ class MemoryFunction:
     def __init__(self, cfg: MemoryFunctionConfig):
         self.cfg = cfg
         self.ready = False
-        self.graph = open_graph(cfg.store, cfg.graph, verify=cfg.verify)
+        # every blob with chunk digests is verified chunk by chunk on first read
+        # (storage/chunked.py); a blob read whole is checked against its sha256
+        self.graph = verified_reads(open_graph(cfg.store, cfg.graph, verify=cfg.verify))
         self.fetcher = KHopFetcher(self.graph)
+        self._whole_features = self._check_undigested_features()
         info = self.graph.info("features")
         self.feature_dim = int(np.prod(info.shape[1:], dtype=np.int64))
         # the degree prior is read on demand (only for vertices offered to the
@@ -417,8 +434,8 @@ class MemoryFunction:
         own = rss_bytes() if cfg.baseline_mb is None else int(cfg.baseline_mb * 2**20)
         self.cache.set_baseline(own + int(cfg.reserve_mb * 2**20))
         self.warmed_rows = 0
-        if prior is not None:  # a new instance starts with the most-read rows
-            self.warmed_rows = self.cache.warm(prior[0], self._load_rows)
+        self._warm_thread: threading.Thread | None = None
+        self._warm(prior)
         self.counts = {"graph": 0, "aggregate": 0, "features": 0}
         # SRPE's stored states, opened on first use per (model, checkpoint)
         self._state_sets: dict[tuple[str, str], EmbeddingStore] = {}
@@ -426,6 +443,77 @@ class MemoryFunction:
         self.state_reads = {"rows": 0, "bytes": 0, "round_trips": 0}
         self.debug_modules = os.environ.get("GNN_FAAS_DEBUG_MODULES", "") not in ("", "0")
         self.ready = True
+
+    def _check_undigested_features(self) -> np.ndarray | None:
+        """A store written before chunk digests: its feature blob, when small
+        enough to read whole at start (:data:`WHOLE_VERIFY_BYTES`), is read and
+        checked against its sha256 (and then warms the cache); a larger one is
+        read unverified, said once in the log."""
+        info = self.graph.info("features")
+        if info.chunk_bytes:
+            return None
+        if info.nbytes <= WHOLE_VERIFY_BYTES:
+            return self.graph.read_blob("features")  # sha256-checked
+        log.warning(
+            "graph %s: features have no chunk digests and are too large to verify whole at start "
+            "(%d bytes): reads are unverified; 'gnn-faas datasets verify --add-digests' adds them",
+            self.graph.name,
+            info.nbytes,
+        )
+        return None
+
+    def _warm(self, prior: tuple[np.ndarray, np.ndarray] | None) -> None:
+        """A new instance starts with the rows its prior ranks first (FAP's top-k, or
+        the highest out-degrees), as many as the cache holds: up to
+        :data:`WARM_SYNC_BYTES` before it is ready, the rest in the background."""
+        if prior is not None:
+            ids = prior[0]
+        elif self.cfg.degree_weight > 0 and self.graph.has("degree"):
+            ids = self._top_degree()
+        else:
+            return
+        ids = ids[: self.cache.capacity_rows]
+        if ids.size == 0:
+            return
+        if self._whole_features is not None:
+            whole = self._whole_features
+            self.warmed_rows = self.cache.warm(ids, lambda v: whole[v])
+            return
+        per_row = max(1, 4 * self.feature_dim)
+        first = max(1, WARM_SYNC_BYTES // per_row)
+        try:
+            self.warmed_rows = self.cache.warm(ids[:first], self._load_rows)
+        except (CorruptBlob, BlobNotFound, StoreUnavailable) as exc:
+            # the instance still starts: a request reading those rows gets the
+            # error (5xx, named), and the gateway takes the graph out of service
+            log.error("cache warm-up failed: %s", exc)
+            return
+        rest = ids[first:]
+        if rest.size:
+            self._warm_thread = threading.Thread(
+                target=self._warm_rest, args=(rest, first), daemon=True, name="gnn-faas-warm"
+            )
+            self._warm_thread.start()
+
+    def _warm_rest(self, ids: np.ndarray, batch: int) -> None:
+        try:
+            for i in range(0, ids.size, batch):  # a loop over batches of rows
+                self.warmed_rows += self.cache.warm(ids[i : i + batch], self._load_rows)
+        except Exception as exc:  # noqa: BLE001 - a warm-up is a bonus, never a failure
+            log.warning("cache warm-up stopped after %d rows: %s", self.warmed_rows, exc)
+
+    def _top_degree(self) -> np.ndarray:
+        """Vertex ids by out-degree, highest first, as many as the cache could hold
+        (the degree blob read whole when at most :data:`WHOLE_VERIFY_BYTES`;
+        none otherwise: the prior is then read per vertex as requests come)."""
+        if self.graph.info("degree").nbytes > WHOLE_VERIFY_BYTES:
+            return np.empty(0, np.int64)
+        deg = self.graph.read_blob("degree").astype(np.int64)
+        k = min(deg.size, self.cache.capacity_rows)
+        if k <= 0:
+            return np.empty(0, np.int64)
+        top = np.argpartition(-deg, k - 1)[:k] if k < deg.size else np.arange(deg.size)
+        return top[np.argsort(-deg[top], kind="stable")].astype(np.int64)
 
     def _load_rows(self, ids: np.ndarray) -> np.ndarray:
         # streamed: the read buffer is a fixed share of the limit, never a
@@ -681,6 +769,12 @@ class MemoryFunction:
         shape = RequestShape(ids.size, ids.size, 0, self.feature_dim, "features")
         return self.cache.run(work, shape=shape, pinned=ids)
 
+    def _verified_chunks(self) -> dict[str, int]:
+        backend = self.graph.backend
+        if not isinstance(backend, ChunkedReads):
+            return {}
+        return {k: backend.verified_chunks(self.graph.path(k)) for k in self.graph.manifest.blobs}
+
     def stats(self) -> dict[str, Any]:
         reads = self.fetcher.stats.as_dict()
         cache = self.cache.as_dict()
@@ -709,6 +803,7 @@ class MemoryFunction:
             "predictor": "mlp" if self.predictor is not None else "analytic",
             "cache_prior": self.cfg.cache_prior,
             "warmed_rows": self.warmed_rows,
+            "verified_chunks": self._verified_chunks(),
             **self.state_stats(),
         }
         if self.debug_modules:
@@ -731,9 +826,8 @@ def create_memory_app(cfg: MemoryFunctionConfig) -> Flask:
         extra={"graph": cfg.graph, "store": cfg.store, "memory_limit_bytes": fn.limit_bytes},
     )
 
-    @app.get("/v2/health/live")
-    def live():
-        return jsonify({"live": True})
+    # answered on the server's event loop: liveness never waits for a thread
+    loop_route(app, "/v2/health/live", lambda: (200, {"live": True}))
 
     @app.get("/_/health")  # OpenFaaS's default readiness probe path
     @app.get("/v2/health/ready")

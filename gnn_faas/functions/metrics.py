@@ -40,6 +40,7 @@ from gnn_faas.metrics import (
     new_registry,
     storage_families,
 )
+from gnn_faas.storage.store_health import store_health_families
 
 
 def install_metrics(app: Flask, families: Callable[[], Iterator[Metric]]) -> None:
@@ -66,6 +67,7 @@ def calls_family(role: str, counts: dict[str, int]) -> Metric:
 
 def memory_families(fn) -> Iterator[Metric]:
     """The series of a :class:`~gnn_faas.functions.memory_app.MemoryFunction`."""
+    yield from store_health_families()  # outages of the store it reads
     graph = fn.graph.name
     cache = fn.cache.as_dict()
     for key, help_text in (

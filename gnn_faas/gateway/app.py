@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 
 from flask import Flask, Response, jsonify, request
 
@@ -36,7 +37,7 @@ from gnn_faas.functions.buffered_worker import front_stats
 from gnn_faas.gateway.data_plane import DataPlane, ModelRuntime
 from gnn_faas.gateway.inference_request import HEADER_LENGTH, RawInferRequest
 from gnn_faas.gateway.openapi import build_openapi
-from gnn_faas.http import body_route, install, request_body
+from gnn_faas.http import body_route, install, loop_route, request_body
 from gnn_faas.metrics import CONTENT_TYPE, http_families
 
 log = logging.getLogger("gnn_faas.gateway")
@@ -53,9 +54,8 @@ def create_gateway_app(plane: DataPlane) -> Flask:
     timer = app.extensions["gnn_faas_timer"]
     plane.metrics.add_collector(lambda: http_families(timer))
 
-    @app.get("/v2/health/live")
-    def live():
-        return jsonify({"live": plane.live()})
+    # answered on the server's event loop: liveness never waits for a thread
+    loop_route(app, "/v2/health/live", lambda: (200, {"live": plane.live()}))
 
     @app.get("/_/health")  # OpenFaaS's default readiness probe path
     @app.get("/v2/health/ready")
@@ -115,9 +115,12 @@ def create_gateway_app(plane: DataPlane) -> Flask:
         for key in ("window_start", "window_end"):
             if key in request.args:
                 try:
-                    window[key] = float(request.args[key])
+                    value = float(request.args[key])
                 except ValueError:
-                    raise InvalidRequest(f"{key} must be a number (monotonic seconds)") from None
+                    value = math.nan
+                if not math.isfinite(value):
+                    raise InvalidRequest(f"{key} must be a finite number (monotonic seconds)")
+                window[key] = value
         doc = plane.status(window.get("window_start"), window.get("window_end"))
         doc["front"] = front_stats()  # the HTTP front: refused, timed out, framing errors
         return jsonify(doc)

@@ -25,9 +25,17 @@ from concurrent.futures import TimeoutError as FutureTimeout
 import numpy as np
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from gnn_faas import deadline
 from gnn_faas.clock import RealClock
 from gnn_faas.config import ModelServingConfig, ServingConfig
-from gnn_faas.errors import NotFound, Unavailable
+from gnn_faas.errors import (
+    BlobNotFound,
+    CorruptBlob,
+    GraphOutOfService,
+    NotFound,
+    StoreUnavailable,
+    Unavailable,
+)
 from gnn_faas.functions.checkpoint import checkpoint_sha256
 from gnn_faas.functions.checkpoint import load_config as load_model_config
 from gnn_faas.functions.layer_plan import ModelPlan
@@ -59,9 +67,17 @@ from gnn_faas.storage.fetcher import FetchStats, KHopFetcher
 from gnn_faas.storage.format import open_graph
 from gnn_faas.storage.overlay import GraphOverlay
 from gnn_faas.storage.reorder import IdMap
+from gnn_faas.storage.resident import Structure, open_structure, verify_small_blobs
 from gnn_faas.storage.srpe_graph import build_srpe_graph
+from gnn_faas.storage.store_health import health_of, public_uri, store_health_families
 
 log = logging.getLogger("gnn_faas.gateway")
+
+# a graph out of service is verified again after this long, then twice as long each time
+QUARANTINE_RECHECK_S = 30.0
+QUARANTINE_RECHECK_MAX_S = 600.0
+# a store call waiting this long while requests are shed makes the store the reason given
+STORE_STALLED_S = 0.25
 
 
 def breakdown_ms(
@@ -126,6 +142,7 @@ class ModelRuntime:
         platform,
         metrics: GatewayMetrics,
         clock=None,
+        structure: Structure | None = None,
     ):
         self.serving = serving
         self.model = model
@@ -134,8 +151,17 @@ class ModelRuntime:
         self.clock = clock or RealClock()
         self.graph = open_graph(serving.store, model.graph)
         self.id_map = IdMap.of(self.graph)  # None unless ingest renumbered the graph
-        self.fetcher = KHopFetcher(self.graph)
-        self._fetch_lock = threading.Lock()
+        # the k-hop step's blobs, resident or chunk-cached, verified (storage/resident.py)
+        budget = int(serving.gateway.structure_budget_mb * 2**20)
+        if structure is None or not structure.resident:
+            structure = open_structure(self.graph, budget)
+        self.structure = structure
+        log.info("model %s: graph %s %s", model.name, model.graph, self.structure.describe())
+        self.fetcher = KHopFetcher(self.graph, structure=self.structure)
+        # a graph found corrupt while serving: its reason, and when to check the store again
+        self.out_of_service: str | None = None
+        self._recheck_at = 0.0
+        self._recheck_s = QUARANTINE_RECHECK_S
         ckpt = serving.checkpoint_dir(model)
         self.model_config = load_model_config(ckpt)
         self.plan = ModelPlan.from_config(self.model_config)
@@ -199,6 +225,7 @@ class ModelRuntime:
             model.slo_s, clock=self.clock, headroom=gw.admission_headroom, enabled=gw.admission
         )
         self.totals = {"requests": 0, "aggregated_rows": 0, "slo_violations": 0, "shed": 0}
+        self._warmed = False
         self._totals_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------
@@ -216,12 +243,21 @@ class ModelRuntime:
         self.compute_pool.stop()
 
     def ready(self) -> bool:
-        """True only when a request could be served now: a warm memory and a warm
-        compute instance (with ``min_instances = 0``: capacity to launch them)."""
+        """True when a request could be served now. At start that waits for the
+        ``min_instances`` warm instances of each function; from then on it only
+        needs each function to have a warm instance or room to launch one, so an
+        idle gateway (its platform scaled the functions in, or to zero on
+        Knative) stays ready. A graph out of service is not ready. The store is
+        not asked: an outage is answered 503 per request (docs/architecture.md,
+        section 6)."""
+        if self.out_of_service is not None:
+            return False
         pools = (self.memory_pool, self.compute_pool)
-        if self.serving.platform.min_instances == 0:
-            return all(p.has_ready_instance() for p in pools)
-        return all(p.instances() for p in pools)
+        if not self._warmed:
+            if self.serving.platform.min_instances > 0 and not all(p.instances() for p in pools):
+                return False
+            self._warmed = True
+        return all(p.has_ready_instance() for p in pools)
 
     def expire_idle(self) -> list[str]:
         """Keep-alive and health sweep (every second): let go of instances whose
@@ -234,13 +270,61 @@ class ModelRuntime:
         for pool, spec in self.functions.pools:
             for inst, since in pool.idle_instances():
                 expired = now - since > spec.keep_alive_s
-                if (inst.id in dead or expired) and pool.remove(inst):
+                # keep-alive never goes below min_instances; a dead instance always goes
+                keep = pool.min_instances >= len(pool.instances())
+                if (inst.id in dead or (expired and not keep)) and pool.remove(inst):
                     self.platform.stop(inst.id)
                     stopped.append(inst.id)
             for inst in pool.reap_surplus():  # a launch budget's reap rule
                 self.platform.stop(inst.id)
                 stopped.append(inst.id)
+            pool.ensure_min()  # replace what died below min_instances
+        self.recheck()
         return stopped
+
+    # -- a graph found corrupt -------------------------------------------------------
+    def take_out_of_service(self, exc: BaseException) -> GraphOutOfService:
+        """Stop answering this model (503) after its graph was found corrupt or
+        incomplete; :meth:`recheck` puts it back once the store verifies again."""
+        reason = str(exc) or type(exc).__name__
+        if self.out_of_service is None:
+            log.error(
+                "model %s taken out of service: graph %s in %s is corrupt: %s",
+                self.name, self.model.graph, public_uri(self.serving.store), reason,
+            )  # fmt: skip
+            self.out_of_service = reason
+            self._recheck_s = QUARANTINE_RECHECK_S
+            self._recheck_at = time.monotonic() + self._recheck_s
+        return self._out_of_service_error()
+
+    def _out_of_service_error(self) -> GraphOutOfService:
+        return GraphOutOfService(
+            f"model {self.name!r} is out of service: graph {self.model.graph!r} failed "
+            f"verification ({self.out_of_service}); it is checked again every "
+            f"{self._recheck_s:.0f} s"
+        )
+
+    def recheck(self) -> bool:
+        """While out of service, verify the whole graph again (every blob's
+        sha256, the CSR invariants) at growing intervals; back in service when
+        it passes. Whether the model serves."""
+        if self.out_of_service is None:
+            return True
+        if time.monotonic() < self._recheck_at:
+            return False
+        try:
+            graph = open_graph(self.serving.store, self.model.graph, verify="full")
+            structure = open_structure(graph, self.structure.budget_bytes)
+        except Exception as exc:  # noqa: BLE001 - still broken (or unreachable): stay out
+            self._recheck_s = min(QUARANTINE_RECHECK_MAX_S, 2 * self._recheck_s)
+            self._recheck_at = time.monotonic() + self._recheck_s
+            log.warning("model %s stays out of service: %s", self.name, exc)
+            return False
+        self.graph, self.structure = graph, structure
+        self.fetcher = KHopFetcher(graph, structure=structure)
+        log.warning("model %s back in service: graph %s verified", self.name, graph.name)
+        self.out_of_service = None
+        return True
 
     # -- metadata ----------------------------------------------------------------
     def metadata(self) -> dict:
@@ -297,6 +381,18 @@ class ModelRuntime:
         if accepted_at is None:
             stamp = accept_clock.accepted_at() if isinstance(self.clock, RealClock) else None
             accepted_at = self.clock.now() if stamp is None else stamp
+        if self.out_of_service is not None:
+            self.metrics.requests.labels(self.name, "unknown", "out_of_service").inc()
+            raise self._out_of_service_error()
+        # every stage (k-hop, buffer, functions, store reads) ends by the deadline
+        timeout = self.serving.gateway.request_timeout_s
+        left = timeout - max(0.0, self.clock.now() - accepted_at)
+        with deadline.scope(left):
+            return self._admit_and_infer(body, accepted_at, left)
+
+    def _admit_and_infer(
+        self, body: bytes | dict | RawInferRequest, accepted_at: float, left: float
+    ) -> InferResponse:
         t0 = time.perf_counter()
         try:  # the cheap checks (parse, shape, ids) first: a 503 means only "valid, not now"
             parsed = self._parse(body)
@@ -308,6 +404,15 @@ class ModelRuntime:
             self.metrics.shed.labels(self.name).inc()
             with self._totals_lock:
                 self.totals["shed"] += 1
+            health = health_of(self.serving.store)
+            stalled = health.stalled_for()
+            if not health.up or stalled > STORE_STALLED_S:
+                # saturated by requests waiting on the store: the store is why
+                cause = health.cause or f"a call has waited {stalled:.1f} s for an answer"
+                raise StoreUnavailable(
+                    f"model {self.name!r}: graph store {health.uri} is unavailable "
+                    f"({cause}); retry after {decision.retry_after_s} s"
+                )
             raise Overloaded(
                 f"model {self.name!r} is overloaded: a request admitted now would take about "
                 f"{decision.predicted_s:.3f} s against an SLO of {self.model.slo_s} s; "
@@ -317,7 +422,16 @@ class ModelRuntime:
         parse_s = time.perf_counter() - t0
         kind = parsed[0].kind
         try:
-            result, kind, latency, queued = self._infer(parsed, accepted_at, t0, parse_s)
+            result, kind, latency, queued = self._infer(parsed, accepted_at, t0, parse_s, left)
+        except (CorruptBlob, BlobNotFound) as exc:
+            # never a wrong answer: the model stops serving until the store verifies
+            self.admission.done(None)
+            self.metrics.requests.labels(self.name, kind, "out_of_service").inc()
+            raise self.take_out_of_service(exc) from None
+        except StoreUnavailable:
+            self.admission.done(None)
+            self.metrics.requests.labels(self.name, kind, "store_unavailable").inc()
+            raise
         except Exception:
             self.admission.done(None)
             self.metrics.requests.labels(self.name, kind, "error").inc()
@@ -352,7 +466,7 @@ class ModelRuntime:
         return req, overlay
 
     def _infer(
-        self, parsed, accepted_at: float, t0: float, parse_s: float
+        self, parsed, accepted_at: float, t0: float, parse_s: float, left: float
     ) -> tuple[InferResponse, str, float, float]:
         """The answer, the request kind, its latency and time queued (seconds);
         ``t0`` is when parsing began and ``parse_s`` how long it took."""
@@ -361,11 +475,11 @@ class ModelRuntime:
         queued = max(0.0, arrival - accepted_at)
         m = self.metrics
         t_parsed = time.perf_counter()
-        with m.stage(self.name, "khop"):
+        with m.stage(self.name, "khop"):  # concurrent: no lock (storage/resident.py)
             stats = FetchStats()
-            with self._fetch_lock:
-                predicted = self._predicted_rows(req.targets)
-                cg = self._graph_of(req.targets, overlay, stats)
+            fetcher = self.fetcher
+            predicted = self._predicted_rows(fetcher, req.targets)
+            cg = self._graph_of(fetcher, req.targets, overlay, stats)
         t_submit = time.perf_counter()
         pending = InferenceJob(req, cg, Future(), t0, overlay, predicted)
         pending.future.set_running_or_notify_cancel()
@@ -376,11 +490,16 @@ class ModelRuntime:
             # clients choose OIP ids and may repeat them: the pool gets its own key
             self.buffers.submit(uuid.uuid4().hex, np.sort(cg.nodes), payload=pending)
         try:
-            outputs, info = pending.future.result(timeout=self.serving.gateway.request_timeout_s)
+            outputs, info = pending.future.result(timeout=max(0.0, deadline.remaining() or left))
         except FutureTimeout:
-            raise Unavailable(
-                f"model {self.name!r}: no answer within {self.serving.gateway.request_timeout_s} s"
-            ) from None
+            timeout = self.serving.gateway.request_timeout_s
+            health = health_of(self.serving.store)
+            if not health.up:  # the store's fault, said so
+                raise StoreUnavailable(
+                    f"model {self.name!r}: no answer within {timeout} s: graph store "
+                    f"{health.uri} is unavailable ({health.cause})"
+                ) from None
+            raise Unavailable(f"model {self.name!r}: no answer within {timeout} s") from None
         t_done = time.perf_counter()
         latency = max(0.0, self.clock.now() - accepted_at)
         m.request_seconds.labels(self.name).observe(latency)
@@ -405,12 +524,18 @@ class ModelRuntime:
         )
         return response, req.kind, latency, queued
 
-    def _graph_of(self, targets: np.ndarray, overlay: GraphOverlay | None, stats: FetchStats):
+    def _graph_of(
+        self,
+        fetcher: KHopFetcher,
+        targets: np.ndarray,
+        overlay: GraphOverlay | None,
+        stats: FetchStats,
+    ):
         """The computation graph of ``targets``: the k-hop one, or with
-        ``embeddings: precomputed`` the SRPE one (call under the fetch lock)."""
+        ``embeddings: precomputed`` the SRPE one."""
         if self.embeddings is not None:
             return build_srpe_graph(
-                self.fetcher,
+                fetcher,
                 targets,
                 self.plan.config.num_layers,
                 self.model.recompute_budget,
@@ -418,7 +543,7 @@ class ModelRuntime:
                 overlay=overlay,
                 from_state=self.recompute_from == "state",
             )
-        return self.fetcher.fetch(
+        return fetcher.fetch(
             targets,
             self.plan.config.num_layers,
             fanouts=self.fanouts,
@@ -435,13 +560,12 @@ class ModelRuntime:
             merged = merge_computation_graphs([p.cg for p in pendings])
             return merged.graph, merged.request_rows, merged.separate_rows
         targets = [p.request.targets for p in pendings]
-        with self._fetch_lock:
-            sg = self._graph_of(np.concatenate(targets), None, FetchStats())
+        sg = self._graph_of(self.fetcher, np.concatenate(targets), None, FetchStats())
         bounds = np.cumsum([0] + [t.size for t in targets])
         rows = [sg.target_index[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
         return sg, rows, int(sum(p.cg.aggregated_rows() for p in pendings))
 
-    def _predicted_rows(self, targets: np.ndarray) -> float | None:
+    def _predicted_rows(self, fetcher: KHopFetcher, targets: np.ndarray) -> float | None:
         """Quiver's PSGS of the request (``Σ PSGS(t)``, one ranged read) when the
         graph has it for this model's fanouts: the request's size before its
         fetch, which places its Update (CPU or GPU pool) and is reported."""
@@ -453,7 +577,7 @@ class ModelRuntime:
         if stored != want:
             return None
         return predicted_size(
-            self.graph, self.fetcher.reader, targets[targets < self.graph.num_nodes]
+            self.graph, fetcher.reader_for("psgs"), targets[targets < self.graph.num_nodes]
         )
 
     def _embeddings_reader(self):
@@ -478,10 +602,32 @@ class ModelRuntime:
         return function_rows(self)
 
 
-class DataPlane:
-    """Every served model, the platform they run on, and the gateway's metrics."""
+def load_structures(serving: ServingConfig) -> dict[str, Structure]:
+    """Open and verify the structure of every served graph (sha256, CSR
+    invariants): a corrupt or incomplete store raises here, before anything
+    is served. ``gnn-faas up`` calls this before its worker starts, which then
+    inherits the resident structures instead of reading them again."""
+    budget = int(serving.gateway.structure_budget_mb * 2**20)
+    out: dict[str, Structure] = {}
+    for m in serving.models:
+        if m.graph not in out:
+            graph = open_graph(serving.store, m.graph)
+            out[m.graph] = open_structure(graph, budget)
+            verify_small_blobs(graph, set(out[m.graph].keys))
+    return out
 
-    def __init__(self, serving: ServingConfig, platform=None, clock=None):
+
+class DataPlane:
+    """Every served model, the platform they run on, and the gateway's metrics.
+    ``structures``: graphs' structures already loaded (:func:`load_structures`)."""
+
+    def __init__(
+        self,
+        serving: ServingConfig,
+        platform=None,
+        clock=None,
+        structures: dict[str, Structure] | None = None,
+    ):
         self.serving = serving
         self.clock = clock or RealClock()
         self.metrics = GatewayMetrics()
@@ -491,10 +637,13 @@ class DataPlane:
         )
         self.models: dict[str, ModelRuntime] = {}
         for m in serving.models:
-            self.models[m.name] = ModelRuntime(serving, m, self.platform, self.metrics, self.clock)
+            self.models[m.name] = ModelRuntime(
+                serving, m, self.platform, self.metrics, self.clock, (structures or {}).get(m.graph)
+            )
             self.metrics.add_model(m.name)
         self.metrics.add_collector(self._gauges)
         self.metrics.add_collector(self._storage_reads)
+        self.metrics.add_collector(store_health_families)
         self.started_at = time.time()
 
     def start(self) -> None:
@@ -551,6 +700,22 @@ class DataPlane:
         yield from storage_families(
             (backend, rt.model.graph, rt.fetcher.stats) for rt in self.models.values()
         )
+        structure = GaugeMetricFamily(
+            "gnn_faas_structure_bytes",
+            "Bytes of graph structure the gateway holds: resident (read once at start, no "
+            "store call per request) or chunk-cached",
+            labels=["graph", "how"],
+        )
+        seen = set()
+        for rt in self.models.values():
+            if rt.model.graph in seen:
+                continue
+            seen.add(rt.model.graph)
+            s = rt.structure
+            how = "resident" if s.resident else "chunk_cache"
+            held = s.nbytes if s.resident else s.figures().get("cached_bytes", 0)
+            structure.add_metric([rt.model.graph, how], float(held))
+        yield structure
 
     def _replica_gauges(self):
         """The figures of ``gnn-faas status``'s function rows, as gauges."""

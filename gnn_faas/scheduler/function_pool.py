@@ -611,6 +611,18 @@ class FunctionPool:
         """Same as :meth:`close`."""
         self.close()
 
+    def ensure_min(self) -> int:
+        """Launch instances (in the background) until ``min_instances`` are up or
+        coming, e.g. after one died; the number launched. Nothing before
+        :meth:`start` or after :meth:`close`."""
+        with self._lock:
+            if not self._started or self._closed:
+                return 0
+            missing = max(0, self.min_instances - self.policy.n_instances)
+            actions = [self.policy.launch() for _ in range(missing)]
+        self._execute(actions)
+        return len(actions)
+
     def has_ready_instance(self) -> bool:
         """True when work could be served now: a warm instance exists, or an
         instance may still be launched (below ``max_instances``)."""

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from gnn_faas.errors import InvalidRequest, NotFound
+from gnn_faas.errors import BlobNotFound, InvalidRequest, NotFound
 from gnn_faas.paths import BUNDLED_DATA, shared_datasets_dir
 from gnn_faas.storage.backends import StorageBackend, open_backend
 from gnn_faas.storage.format import GraphHandle, Manifest, open_graph
@@ -280,6 +280,8 @@ def ensure_dataset(
     backend = open_backend(store_uri) if isinstance(store_uri, str) else store_uri
     try:
         return open_graph(backend, name, verify=verify)
+    except BlobNotFound:
+        raise  # a graph that lost a blob is damaged, not absent: never overwritten here
     except NotFound:
         if name not in DATASETS:
             raise

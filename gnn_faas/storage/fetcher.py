@@ -18,8 +18,9 @@ every request and every merged batch (graph sharing stays exact).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from gnn_faas.storage.format import GraphHandle
 from gnn_faas.storage.overlay import GraphOverlay, merge_segments
 from gnn_faas.storage.ranges import ByteBudget, RangeReader, ReadStats
 from gnn_faas.storage.request_cost import RequestCost
+from gnn_faas.storage.resident import check_ids, check_rows
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -84,11 +86,6 @@ class FetchStats:
     edges_fetched: int = 0
     feature_rows: int = 0
 
-    def add_reads(self, before: ReadStats, after: ReadStats) -> None:
-        """Count the reads a reader made between two snapshots of its stats."""
-        for k, v in after.as_dict().items():
-            setattr(self.reads, k, getattr(self.reads, k) + v - getattr(before, k))
-
     def as_dict(self) -> dict:
         return {
             **self.reads.as_dict(),
@@ -101,11 +98,28 @@ class FetchStats:
 
 
 class KHopFetcher:
-    """Fetches computation graphs and feature rows of one graph on demand."""
+    """Fetches computation graphs and feature rows of one graph on demand.
 
-    def __init__(self, graph: GraphHandle, cost: RequestCost | None = None):
+    ``structure`` (:func:`gnn_faas.storage.resident.open_structure`): where the
+    structure blobs (``indptr``, ``indices``, ``degree``, ``self_loops``,
+    ``psgs``) are read from, resident or chunk-cached; without one, the store.
+    A fetcher is shared by concurrent requests: nothing in it serialises them,
+    and each call's figures are its own (:meth:`RangeReader.recording`).
+    """
+
+    def __init__(self, graph: GraphHandle, cost: RequestCost | None = None, structure=None):
         self.graph = graph
         self.reader = RangeReader(graph.backend, cost)
+        self.structure = structure
+        if structure is None:
+            self.structure_reader = self.reader
+            self._structure_keys: frozenset[str] = frozenset()
+        else:
+            # resident blobs are planned as memory (no request cost); chunk-cached
+            # ones as the store they come from
+            s_cost = None if structure.resident else self.reader.cost
+            self.structure_reader = RangeReader(structure.backend, s_cost)
+            self._structure_keys = frozenset(structure.keys)
         self._indptr_path = graph.path("indptr")
         self._indices_path = graph.path("indices")
         self._indices_dtype = np.dtype(graph.info("indices").dtype)
@@ -114,7 +128,29 @@ class KHopFetcher:
 
     @property
     def stats(self) -> ReadStats:
-        return self.reader.stats
+        """What this fetcher read from the store (resident reads are not store reads)."""
+        if self.structure_reader is self.reader or self.structure.resident:
+            return self.reader.stats
+        total = ReadStats()
+        total.add(self.reader.stats)
+        total.add(self.structure_reader.stats)
+        return total
+
+    def reader_for(self, key: str) -> RangeReader:
+        """The reader of blob ``key``: the structure's for structure blobs."""
+        return self.structure_reader if key in self._structure_keys else self.reader
+
+    @contextmanager
+    def _recording(self) -> Iterator[ReadStats]:
+        """The store reads this thread makes inside the block (both readers;
+        resident reads are not counted)."""
+        with self.reader.recording() as rec:
+            if self.structure_reader is self.reader or self.structure.resident:
+                yield rec
+                return
+            with self.structure_reader.recording() as srec:
+                both = _Both(rec, srec)
+                yield both  # type: ignore[misc]
 
     # -- validation --------------------------------------------------------
     def check_ids(
@@ -162,12 +198,16 @@ class KHopFetcher:
             counts[stored] = c_s
             c_o, extra = overlay.in_edges(v)
             return merge_segments(counts, nbrs, c_o, extra)
-        raw = self.reader.read(self._indptr_path, v * 8, v * 8 + 16, budget)
+        reader = self.structure_reader
+        raw = reader.read(self._indptr_path, v * 8, v * 8 + 16, budget)
         bounds = raw.view("<i8").reshape(-1, 2)
         lo, hi = bounds[:, 0], bounds[:, 1]
+        # a corrupt store must never become a wrong answer (or a client's 400)
+        check_rows(self.graph.name, lo, hi, self.graph.num_edges)
         isz = self._indices_dtype.itemsize
-        seg = self.reader.read(self._indices_path, lo * isz, hi * isz, budget)
+        seg = reader.read(self._indices_path, lo * isz, hi * isz, budget)
         nbrs = seg.view(self._indices_dtype).astype(np.int64)
+        check_ids(self.graph.name, nbrs, self.graph.num_nodes)
         return hi - lo, nbrs
 
     def structure_budget(self) -> ByteBudget:
@@ -204,7 +244,10 @@ class KHopFetcher:
             raise InvalidRequest("hops must be >= 0")
         if fanouts is not None and len(fanouts) != hops:
             raise InvalidRequest(f"need one fanout per hop ({hops}), got {len(fanouts)}")
-        before = replace(self.reader.stats)
+        with self._recording() as rec:
+            return self._fetch(targets, hops, fanouts, seed, stats, degrees, overlay, budget, rec)
+
+    def _fetch(self, targets, hops, fanouts, seed, stats, degrees, overlay, budget, rec):
         rows_follow = budget is not None
         if budget is None:
             budget = self.structure_budget()
@@ -224,7 +267,7 @@ class KHopFetcher:
         nbrs_all: list[np.ndarray] = []
         for hop in range(hops):
             t0 = time.perf_counter()
-            trips0 = self.reader.stats.round_trips
+            trips0 = rec.round_trips
             if rows_follow:  # the rows of every stored vertex found so far are read later
                 budget.promise(row_bytes * int((known < self.graph.num_nodes).sum()))
             counts, nbrs = self.neighbours(frontier, overlay, budget)
@@ -244,7 +287,7 @@ class KHopFetcher:
             sizes.append(nodes.size)
             frontier = new
             if stats is not None:
-                self._count_hop(stats, t0, trips0, counts, nbrs)
+                self._count_hop(stats, t0, rec.round_trips - trips0, counts, nbrs)
 
         counts = np.concatenate(counts_all) if counts_all else np.zeros(0, np.int64)
         in_degree = None
@@ -260,7 +303,7 @@ class KHopFetcher:
             loops = np.concatenate(loops_all) if loops_all else np.zeros(0, np.int64)
             in_degree = np.concatenate((counts - loops, outer_deg)).astype(np.int64)
         if stats is not None:
-            stats.add_reads(before, self.reader.stats)
+            stats.reads.add(rec.snapshot() if isinstance(rec, _Both) else rec)
         nbrs = np.concatenate(nbrs_all) if nbrs_all else np.zeros(0, np.int64)
         order = np.argsort(nodes, kind="stable")
         local = order[np.searchsorted(nodes, nbrs, sorter=order)] if nbrs.size else nbrs
@@ -275,11 +318,11 @@ class KHopFetcher:
         )
 
     def _count_hop(
-        self, stats: FetchStats, t0: float, trips0: int, counts: np.ndarray, nbrs: np.ndarray
+        self, stats: FetchStats, t0: float, trips: int, counts: np.ndarray, nbrs: np.ndarray
     ) -> None:
         """One hop's seconds, round trips, vertices expanded and edges into ``stats``."""
         stats.hop_seconds.append(time.perf_counter() - t0)
-        stats.hop_round_trips.append(self.reader.stats.round_trips - trips0)
+        stats.hop_round_trips.append(trips)
         stats.vertices_expanded += int(counts.size)
         stats.edges_fetched += int(nbrs.size)
 
@@ -297,8 +340,10 @@ class KHopFetcher:
         s = v[stored]
         if s.size:
             budget = self.structure_budget() if budget is None else budget
-            raw = self.reader.read(self._indptr_path, s * 8, s * 8 + 16, budget)
-            deg[stored] = np.diff(raw.view("<i8").reshape(-1, 2), axis=1)[:, 0]
+            raw = self.structure_reader.read(self._indptr_path, s * 8, s * 8 + 16, budget)
+            bounds = raw.view("<i8").reshape(-1, 2)
+            check_rows(self.graph.name, bounds[:, 0], bounds[:, 1], self.graph.num_edges)
+            deg[stored] = bounds[:, 1] - bounds[:, 0]
         if overlay is not None:
             deg += overlay.in_degree(v)
         return deg
@@ -351,7 +396,7 @@ class KHopFetcher:
         info = self.graph.info(key)
         ids = np.asarray(ids, dtype=np.int64)
         rb = info.row_bytes
-        raw = self.reader.read(self.graph.path(key), ids * rb, ids * rb + rb, budget)
+        raw = self.reader_for(key).read(self.graph.path(key), ids * rb, ids * rb + rb, budget)
         return raw.view(info.dtype).reshape(ids.size, *info.shape[1:])
 
     # -- features ------------------------------------------------------------
@@ -385,9 +430,18 @@ class KHopFetcher:
             )
             out[new] = overlay.rows(ids[new])
             return out
+        with self.reader.recording() as rec:
+            rows = self._read_rows_streamed(ids, budget, max_buffer_bytes)
+        if stats is not None:
+            stats.reads.add(rec)
+            stats.feature_rows += int(ids.size)
+        return rows
+
+    def _read_rows_streamed(
+        self, ids: np.ndarray, budget: ByteBudget | None, max_buffer_bytes: int | None
+    ) -> np.ndarray:
         info = self._features
         rb = info.row_bytes
-        before = replace(self.reader.stats)
         if budget is not None:
             budget.settle()
         per_chunk = ids.size if not max_buffer_bytes else max(1, int(max_buffer_bytes) // rb)
@@ -403,10 +457,24 @@ class KHopFetcher:
                 part = ids[at]
                 raw = self.reader.read(self._features_path, part * rb, part * rb + rb, budget)
                 rows[at] = raw.view(info.dtype).reshape(part.size, *info.shape[1:])
-        if stats is not None:
-            stats.add_reads(before, self.reader.stats)
-            stats.feature_rows += int(ids.size)
         return rows
+
+
+class _Both:
+    """Two readers' recordings of one call, read as one (round trips summed)."""
+
+    def __init__(self, a: ReadStats, b: ReadStats):
+        self.a, self.b = a, b
+
+    @property
+    def round_trips(self) -> int:
+        return self.a.round_trips + self.b.round_trips
+
+    def snapshot(self) -> ReadStats:
+        out = ReadStats()
+        out.add(self.a)
+        out.add(self.b)
+        return out
 
 
 def _row_self_loops(rows: np.ndarray, counts: np.ndarray, nbrs: np.ndarray) -> np.ndarray:

@@ -55,6 +55,62 @@ OPTIONAL_BLOBS = (
 _ALLOWED_DTYPES = {"<i8", "<i4", "<f4", "<f2", "|u1", "|i1"}
 
 
+# Chunk digests: every blob is also hashed in fixed chunks, so a reader that
+# never reads a blob whole can verify what it reads chunk by chunk on first
+# read (storage/chunked.py). Chunks are 64 KiB, doubled until a blob has at
+# most 65,536 of them (its digest blob is then at most 2 MiB).
+MIN_CHUNK_BYTES = 1 << 16
+MAX_CHUNKS = 1 << 16
+DIGEST_BYTES = 32  # sha256
+CHUNKS_SUFFIX = ".chunks"
+
+
+def chunk_bytes_for(nbytes: int) -> int:
+    """The chunk size of a blob of ``nbytes`` bytes (see :data:`MIN_CHUNK_BYTES`)."""
+    c = MIN_CHUNK_BYTES
+    while int(nbytes) > c * MAX_CHUNKS:
+        c *= 2
+    return c
+
+
+class BlobDigester:
+    """sha256 of a whole blob and of each of its chunks, fed in pieces of any size."""
+
+    def __init__(self, nbytes: int):
+        self.chunk_bytes = chunk_bytes_for(nbytes)
+        self.whole = hashlib.sha256()
+        self._chunk = hashlib.sha256()
+        self._in_chunk = 0
+        self._digests: list[bytes] = []
+
+    def update(self, data) -> None:
+        view = memoryview(data).cast("B")
+        self.whole.update(view)
+        pos = 0
+        while pos < view.nbytes:
+            take = min(self.chunk_bytes - self._in_chunk, view.nbytes - pos)
+            self._chunk.update(view[pos : pos + take])
+            self._in_chunk += take
+            pos += take
+            if self._in_chunk == self.chunk_bytes:
+                self._digests.append(self._chunk.digest())
+                self._chunk = hashlib.sha256()
+                self._in_chunk = 0
+
+    def chunk_digests(self) -> bytes:
+        """The chunks' digests, concatenated (the last, partial chunk included)."""
+        tail = [self._chunk.digest()] if self._in_chunk else []
+        return b"".join(self._digests + tail)
+
+
+def chunk_digests(data) -> tuple[str, int, bytes]:
+    """``(sha256 hex, chunk bytes, chunk digests)`` of a whole blob in memory."""
+    view = memoryview(data).cast("B")
+    d = BlobDigester(view.nbytes)
+    d.update(view)
+    return d.whole.hexdigest(), d.chunk_bytes, d.chunk_digests()
+
+
 @dataclass(frozen=True)
 class BlobInfo:
     file: str
@@ -62,11 +118,44 @@ class BlobInfo:
     shape: tuple[int, ...]
     nbytes: int
     sha256: str
+    # chunk digests (0 / "": a store written before they existed): the sha256 of
+    # each chunk_bytes of the blob, concatenated in FILE.chunks, whose own
+    # sha256 is chunks_sha256
+    chunk_bytes: int = 0
+    chunks_sha256: str = ""
 
     @property
     def row_bytes(self) -> int:
         """Bytes of one row (first axis) of the blob."""
         return int(np.dtype(self.dtype).itemsize * int(np.prod(self.shape[1:], dtype=np.int64)))
+
+    @property
+    def chunks_file(self) -> str:
+        return self.file + CHUNKS_SUFFIX
+
+    @property
+    def num_chunks(self) -> int:
+        return -(-self.nbytes // self.chunk_bytes) if self.chunk_bytes else 0
+
+
+def put_blob(backend: StorageBackend, prefix: str, key: str, arr: np.ndarray) -> BlobInfo:
+    """Write array ``arr`` (little-endian) as blob ``prefix/KEY.bin`` and its chunk
+    digests as ``prefix/KEY.bin.chunks``; the manifest entry describing both."""
+    arr = _as_le(arr)
+    data = memoryview(arr).cast("B")
+    whole, chunk, digests = chunk_digests(data)
+    info = BlobInfo(
+        file=f"{key}.bin",
+        dtype=arr.dtype.str,
+        shape=tuple(int(x) for x in arr.shape),
+        nbytes=arr.nbytes,
+        sha256=whole,
+        chunk_bytes=chunk,
+        chunks_sha256=hashlib.sha256(digests).hexdigest(),
+    )
+    backend.pipe_file(f"{prefix}/{info.chunks_file}", digests)
+    backend.pipe_file(f"{prefix}/{info.file}", data)
+    return info
 
 
 @dataclass(frozen=True)
@@ -186,19 +275,7 @@ def write_graph(
         arrays["request_order"] = np.asarray(request_order).astype("<i8", copy=False)
     if user_ids is not None:
         arrays["user_ids"] = np.asarray(user_ids).astype("<i8", copy=False)
-    blobs = {}
-    for key, arr in arrays.items():
-        arr = _as_le(arr)
-        data = memoryview(arr).cast("B")
-        info = BlobInfo(
-            file=f"{key}.bin",
-            dtype=arr.dtype.str,
-            shape=tuple(int(x) for x in arr.shape),
-            nbytes=arr.nbytes,
-            sha256=hashlib.sha256(data).hexdigest(),
-        )
-        backend.pipe_file(f"{name}/{info.file}", data)
-        blobs[key] = info
+    blobs = {key: put_blob(backend, name, key, arr) for key, arr in arrays.items()}
     manifest = Manifest(
         name=name,
         num_nodes=n,
@@ -243,23 +320,69 @@ class GraphHandle:
 
     # -- integrity ---------------------------------------------------------
     def verify(self, full: bool = False) -> None:
+        """Every blob (and chunk digest blob) exists with its manifest size;
+        ``full``: also its sha256 (every byte read)."""
         for key, info in self.manifest.blobs.items():
-            path = self.path(key)
-            try:
-                size = self.backend.size(path)
-            except BlobNotFound:
-                raise BlobNotFound(f"graph {self.name!r}: blob {info.file!r} is missing") from None
-            if size != info.nbytes:
-                raise CorruptBlob(
-                    f"graph {self.name!r}: blob {info.file!r} is truncated or padded "
-                    f"({size} bytes, manifest says {info.nbytes})"
-                )
-            if full:
-                digest = hashlib.sha256(self.backend.cat_file(path)).hexdigest()
-                if digest != info.sha256:
+            files = [(info.file, info.nbytes, info.sha256)]
+            if info.chunk_bytes:
+                files.append((info.chunks_file, info.num_chunks * DIGEST_BYTES, info.chunks_sha256))
+            for file, nbytes, sha in files:
+                path = f"{self.name}/{file}"
+                try:
+                    size = self.backend.size(path)
+                except BlobNotFound:
+                    raise BlobNotFound(f"graph {self.name!r}: blob {file!r} is missing") from None
+                if size != nbytes:
                     raise CorruptBlob(
-                        f"graph {self.name!r}: blob {info.file!r} is corrupted (sha256 mismatch)"
+                        f"graph {self.name!r}: blob {file!r} is truncated or padded "
+                        f"({size} bytes, manifest says {nbytes})"
                     )
+                if full:
+                    self.check_sha256(file, self.backend.cat_file(path), sha)
+            if full and info.chunk_bytes:
+                # the digests themselves: each chunk of the blob against its own
+                self.check_chunks(key, self.backend.cat_file(self.path(key)))
+
+    def check_sha256(self, file: str, data, expected: str) -> None:
+        """Raise :class:`CorruptBlob` unless ``data`` hashes to ``expected``."""
+        if hashlib.sha256(data).hexdigest() != expected:
+            raise CorruptBlob(f"graph {self.name!r}: blob {file!r} is corrupted (sha256 mismatch)")
+
+    def chunk_digests(self, key: str) -> np.ndarray | None:
+        """The chunk digests of blob ``key`` (``[num_chunks, 32]`` uint8, read whole
+        and checked against the manifest), or ``None`` for a blob written before
+        chunk digests existed."""
+        info = self.info(key)
+        if not info.chunk_bytes:
+            return None
+        raw = self.backend.cat_file(f"{self.name}/{info.chunks_file}")
+        if len(raw) != info.num_chunks * DIGEST_BYTES:
+            raise CorruptBlob(
+                f"graph {self.name!r}: blob {info.chunks_file!r} has {len(raw)} bytes, "
+                f"manifest says {info.num_chunks * DIGEST_BYTES}"
+            )
+        self.check_sha256(info.chunks_file, raw, info.chunks_sha256)
+        return np.frombuffer(raw, dtype=np.uint8).reshape(-1, DIGEST_BYTES)
+
+    def check_chunks(self, key: str, data) -> None:
+        """Raise :class:`CorruptBlob` naming the first chunk of blob ``key`` whose
+        bytes in ``data`` (the whole blob) do not match its digest."""
+        info = self.info(key)
+        digests = self.chunk_digests(key)
+        if digests is None:
+            return
+        _, _, got = chunk_digests(data)
+        got_arr = np.frombuffer(got, dtype=np.uint8).reshape(-1, DIGEST_BYTES)
+        if got_arr.shape != digests.shape:
+            raise CorruptBlob(f"graph {self.name!r}: blob {info.file!r} changed size")
+        bad = np.flatnonzero((got_arr != digests).any(axis=1))
+        if bad.size:
+            c = int(bad[0])
+            raise CorruptBlob(
+                f"graph {self.name!r}: blob {info.file!r} is corrupted in chunk {c} (bytes "
+                f"{c * info.chunk_bytes}-{min(info.nbytes, (c + 1) * info.chunk_bytes) - 1}: "
+                "sha256 mismatch)"
+            )
 
     # -- access ------------------------------------------------------------
     @property
@@ -283,11 +406,13 @@ class GraphHandle:
         return f"{self.name}/{self.info(key).file}"
 
     def read_blob(self, key: str) -> np.ndarray:
-        """A whole blob as an array of its manifest dtype and shape."""
+        """A whole blob as an array of its manifest dtype and shape, checked
+        against the manifest's sha256 (a blob read whole is always verified)."""
         info = self.info(key)
         data = self.backend.cat_file(self.path(key))
         if len(data) != info.nbytes:
             raise CorruptBlob(f"graph {self.name!r}: blob {info.file!r} changed size")
+        self.check_sha256(info.file, data, info.sha256)
         return np.frombuffer(data, dtype=info.dtype).reshape(info.shape)
 
 

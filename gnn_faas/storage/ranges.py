@@ -14,14 +14,16 @@ requests across the whole fetch, not a fixed share per read.
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
 from gnn_faas.errors import CorruptBlob
-from gnn_faas.storage.backends import StorageBackend, with_retries
+from gnn_faas.storage.backends import StorageBackend
 from gnn_faas.storage.backends.file import gather_ranges
 from gnn_faas.storage.request_cost import RequestCost, constants_for
 
@@ -200,7 +202,12 @@ def plan_cost(plan: CoalescedRanges, cost: RequestCost) -> float:
 
 
 class RangeReader:
-    """Batched, coalesced, retried range reads of blobs in one backend, measured."""
+    """Batched, coalesced range reads of blobs in one backend, measured.
+
+    Safe to share between threads: reads run concurrently (the backend retries
+    its own calls), the cumulative :attr:`stats` are updated under a lock, and
+    :meth:`recording` collects the reads of one thread's block (a request's
+    own figures, whatever other threads read meanwhile)."""
 
     def __init__(
         self,
@@ -213,6 +220,27 @@ class RangeReader:
         # bytes read beyond the needed ones, as a fraction of them (see coalesce)
         self.max_overread = max_overread
         self.stats = ReadStats()
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    @contextmanager
+    def recording(self) -> Iterator[ReadStats]:
+        """The reads this thread makes through this reader inside the block."""
+        sinks = getattr(self._local, "sinks", None)
+        if sinks is None:
+            sinks = self._local.sinks = []
+        rec = ReadStats()
+        sinks.append(rec)
+        try:
+            yield rec
+        finally:
+            sinks.remove(rec)
+
+    def _count(self, one: ReadStats) -> None:
+        with self._lock:
+            self.stats.add(one)
+        for sink in getattr(self._local, "sinks", ()):
+            sink.add(one)
 
     def read(
         self, path: str, starts: np.ndarray, ends: np.ndarray, budget: ByteBudget | None = None
@@ -235,12 +263,16 @@ class RangeReader:
         plan = coalesce(starts[keep], ends[keep], self.cost.max_gap, budget.allowance)
         budget.spend(plan.needed_bytes, plan.read_bytes - plan.needed_bytes)
         t0 = time.perf_counter()
-        buf = with_retries(lambda: self.backend.read_ranges(path, plan.starts, plan.ends))
-        self.stats.read_seconds += time.perf_counter() - t0
-        self.stats.round_trips += 1
-        self.stats.ranges_requested += int(plan.starts.size)
-        self.stats.bytes_read += int(buf.size)
-        self.stats.bytes_needed += plan.needed_bytes
+        buf = self.backend.read_ranges(path, plan.starts, plan.ends)
+        self._count(
+            ReadStats(
+                bytes_read=int(buf.size),
+                bytes_needed=plan.needed_bytes,
+                ranges_requested=int(plan.starts.size),
+                round_trips=1,
+                read_seconds=time.perf_counter() - t0,
+            )
+        )
         if buf.size != plan.read_bytes:
             raise CorruptBlob(f"{path}: short read ({buf.size} of {plan.read_bytes} bytes)")
         offsets = plan.offsets

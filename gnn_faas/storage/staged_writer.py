@@ -32,7 +32,7 @@ import numpy as np
 
 from gnn_faas.storage.backends import StorageBackend, open_backend
 from gnn_faas.storage.backends.file import FileBackend
-from gnn_faas.storage.format import MANIFEST, BlobInfo, Manifest, validate_name
+from gnn_faas.storage.format import MANIFEST, BlobDigester, BlobInfo, Manifest, validate_name
 
 
 class BlobStream:
@@ -45,13 +45,13 @@ class BlobStream:
         self.expected = int(self.dtype.itemsize * int(np.prod(self.shape, dtype=np.int64)))
         self.path = path
         self._fh = open(path, "wb")  # noqa: SIM115 - closed by close()
-        self._sha = hashlib.sha256()
+        self._digest = BlobDigester(self.expected)
         self.nbytes = 0
 
     def write(self, chunk: np.ndarray) -> None:
         arr = np.ascontiguousarray(chunk, dtype=self.dtype)
         data = memoryview(arr).cast("B")
-        self._sha.update(data)
+        self._digest.update(data)
         self._fh.write(data)
         self.nbytes += arr.nbytes
 
@@ -62,13 +62,18 @@ class BlobStream:
                 f"blob {self.key!r}: wrote {self.nbytes} bytes, its shape {self.shape} needs "
                 f"{self.expected}"
             )
-        return BlobInfo(
+        digests = self._digest.chunk_digests()
+        info = BlobInfo(
             file=f"{self.key}.bin",
             dtype=self.dtype.str,
             shape=self.shape,
             nbytes=self.nbytes,
-            sha256=self._sha.hexdigest(),
+            sha256=self._digest.whole.hexdigest(),
+            chunk_bytes=self._digest.chunk_bytes,
+            chunks_sha256=hashlib.sha256(digests).hexdigest(),
         )
+        self.path.with_name(info.chunks_file).write_bytes(digests)
+        return info
 
     def discard(self) -> None:
         with contextlib.suppress(OSError):
@@ -155,10 +160,12 @@ class StagedGraphWriter:
             target = self.backend.root / self.name
             target.mkdir(parents=True, exist_ok=True)
             for info in self.blobs.values():
+                os.replace(self.stage / info.chunks_file, target / info.chunks_file)
                 os.replace(self.stage / info.file, target / info.file)
             self.backend.close()  # drop memory maps of replaced blobs
         else:
             for info in self.blobs.values():
+                self._upload(self.stage / info.chunks_file, f"{self.name}/{info.chunks_file}")
                 self._upload(self.stage / info.file, f"{self.name}/{info.file}")
         self.backend.pipe_file(f"{self.name}/{MANIFEST}", manifest.to_json().encode())
         shutil.rmtree(self.stage, ignore_errors=True)

@@ -32,14 +32,13 @@ fanouts and request distribution in the manifest's ``extra["workload_metrics"]``
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
 from gnn_faas.errors import InvalidRequest
-from gnn_faas.storage.format import MANIFEST, BlobInfo, GraphHandle, Manifest
+from gnn_faas.storage.format import MANIFEST, GraphHandle, Manifest, put_blob
 
 DISTRIBUTIONS = ("uniform", "request_order")
 DEFAULT_HALF_LIFE = 0.02  # share of the request order
@@ -137,13 +136,7 @@ def compute_and_store(
     arrays = {"psgs": psgs(indptr, indices, fanouts), "fap": fap(indptr, indices, fanouts, r)}
     blobs = dict(graph.manifest.blobs)
     for key, arr in arrays.items():
-        a = np.ascontiguousarray(arr, dtype="<f4")
-        data = memoryview(a).cast("B")
-        info = BlobInfo(
-            f"{key}.bin", a.dtype.str, a.shape, a.nbytes, hashlib.sha256(data).hexdigest()
-        )
-        graph.backend.pipe_file(f"{graph.name}/{info.file}", data)
-        blobs[key] = info
+        blobs[key] = put_blob(graph.backend, graph.name, key, np.asarray(arr, dtype="<f4"))
     meta = {
         "fanouts": [-1 if f is None else int(f) for f in fanouts],
         "fap_distribution": distribution,

@@ -16,7 +16,7 @@ def factory():
     import numpy as np
     from flask import Flask, has_request_context, jsonify, request
 
-    from gnn_faas.http import body_route, frame_route, install
+    from gnn_faas.http import body_route, frame_route, install, loop_route
 
     app = install(Flask("front-test"), max_content_length=int(sys.argv[4]))
     held, release = threading.Event(), threading.Event()
@@ -46,6 +46,19 @@ def factory():
     def hold():  # a request that stays in the thread pool until /release
         held.set()
         return jsonify({"released": release.wait(60)})
+
+    blocked, unblock, lock = [0], threading.Event(), threading.Lock()
+
+    @app.get("/block")
+    def block():  # holds a pool thread until /unblock (answered on the loop)
+        with lock:
+            blocked[0] += 1
+        return jsonify({"unblocked": unblock.wait(60)})
+
+    # answered on the event loop, never by a pool thread (so even when all are blocked)
+    loop_route(app, "/v2/health/live", lambda: (200, {"live": True}))
+    loop_route(app, "/blocked", lambda: (200, {"blocked": blocked[0]}))
+    loop_route(app, "/unblock", lambda: (unblock.set(), (200, {"ok": True}))[1])
 
     @app.get("/held")
     def is_held():

@@ -336,3 +336,21 @@ def test_the_front_counts_what_it_refused(server):
     assert stats["timed_out"] >= 2  # the slow body and the unfinished header block
     assert stats["framing_errors"] >= 2  # the bad chunk size and the oversize body
     assert stats["requests"] >= 5
+
+
+def test_liveness_is_answered_while_every_thread_is_blocked(server):
+    """Every pool thread waits (as on a hung store): the loop still answers liveness."""
+    base = f"http://{server[0]}:{server[1]}"
+    pool = ThreadPoolExecutor(THREADS)
+    blocked = [pool.submit(requests.get, f"{base}/block", timeout=90) for _ in range(THREADS)]
+    while requests.get(f"{base}/blocked", timeout=30).json()["blocked"] < THREADS:
+        time.sleep(0.02)  # polling the count (a loop route: it never waits for a thread)
+    live = requests.get(f"{base}/v2/health/live", timeout=30)
+    assert (live.status_code, live.json()) == (200, {"live": True})
+    # a route that needs a thread waits meanwhile: it is still in flight here
+    waiting = pool.submit(requests.get, f"{base}/ping", timeout=90)
+    assert not waiting.done()
+    assert requests.get(f"{base}/unblock", timeout=30).json() == {"ok": True}
+    assert [f.result().json() for f in blocked] == [{"unblocked": True}] * THREADS
+    assert waiting.result().status_code == 200
+    pool.shutdown()

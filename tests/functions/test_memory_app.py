@@ -295,3 +295,36 @@ def test_a_tight_memory_limit_bounds_the_cache(store, fetcher, features):
     # big requests left room for fewer rows than the graph has: the cache gave them up
     assert min(capacities) < fetcher.graph.num_nodes / 2
     assert cache["evictions"] > 0
+
+
+def test_warm_start_holds_the_top_degree_rows(client, fetcher):
+    """A new instance starts with the rows of the highest out-degrees (as many
+    as its cache holds: all of Bitcoin OTC here), read before it is ready."""
+    stats = client.get("/v1/stats").get_json()
+    assert stats["warmed_rows"] == min(fetcher.graph.num_nodes, stats["cache"]["capacity_rows"])
+    assert stats["cache"]["rows"] >= stats["warmed_rows"] > 0
+    # every chunk of the feature blob was read (and verified) to warm it
+    info = fetcher.graph.info("features")
+    assert stats["verified_chunks"]["features"] == info.num_chunks
+
+
+def test_corrupt_rows_are_a_500_that_names_the_corruption(tmp_path, features):
+    """Rows whose chunk fails its digest are never served: 500 with
+    X-Gnn-Faas-Failed: corrupt (the gateway then takes the graph out of service)."""
+    uri = f"file://{tmp_path}"
+    graph = ensure_dataset(uri, "bitcoin-otc")
+    info = graph.info("features")
+    blob = tmp_path / "bitcoin-otc" / info.file
+    raw = bytearray(blob.read_bytes())
+    raw[info.chunk_bytes + 40] ^= 0x20  # chunk 1
+    blob.write_bytes(bytes(raw))
+    # a cache too small to warm: the rows are read per request
+    cfg = MemoryFunctionConfig(store=uri, graph="bitcoin-otc", memory_mb=2048, cache_max_rows=1)
+    app = create_memory_app(cfg).test_client()
+    rows_per_chunk = info.chunk_bytes // info.row_bytes
+    ok = app.post("/v1/features", json={"ids": [0, 1]})
+    assert np.array_equal(frame_of(ok)["x"], features[[0, 1]])
+    bad = app.post("/v1/features", json={"ids": [rows_per_chunk + 1]})
+    assert bad.status_code == 500
+    assert bad.headers["X-Gnn-Faas-Failed"] == "corrupt"
+    assert "chunk 1" in bad.get_json()["error"]

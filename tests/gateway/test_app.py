@@ -6,6 +6,7 @@ error statuses with JSON bodies, and the OpenAPI document."""
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -296,3 +297,47 @@ def test_the_dispatcher_answers_inference_as_the_flask_view(live_gateway):
                             f"{gw.model[2:]}/infer", data=cases[0][1], headers=json_headers,
                             timeout=60)  # fmt: skip
     np.testing.assert_allclose(outputs(escaped)["embeddings"], gw.reference[[7, 1]], RTOL, ATOL)
+
+
+def test_non_finite_query_numbers_are_400(live_gateway):
+    for value in ("inf", "-inf", "nan", "1e400", "x"):
+        r = requests.get(f"{live_gateway.url}/v1/status", params={"window_end": value}, timeout=30)
+        assert r.status_code == 400, value
+        assert "finite number" in r.json()["error"]
+    ok = requests.get(f"{live_gateway.url}/v1/status", params={"window_end": "1.5"}, timeout=30)
+    assert ok.status_code == 200
+
+
+def test_options_and_405_name_the_methods_of_each_route(live_gateway):
+    infer = f"{live_gateway.url}/v2/models/{live_gateway.model}/infer"
+    r = requests.options(infer, timeout=30)
+    assert (r.status_code, r.headers["Allow"]) == (204, "OPTIONS, POST")
+    r = requests.get(infer, timeout=30)
+    assert r.status_code == 405 and r.headers["Allow"] == "OPTIONS, POST" and r.json()["error"]
+    r = requests.delete(f"{live_gateway.url}/v2/health/live", timeout=30)
+    assert r.status_code == 405 and "GET" in r.headers["Allow"]
+
+
+def test_idle_expiry_keeps_min_instances_and_readiness(live_gateway, monkeypatch):
+    """An hour idle: keep-alive stops nothing below min_instances, the gateway
+    stays ready and answers without a cold start."""
+    rt = live_gateway.plane.models[live_gateway.model]
+    pools = [pool for pool, _ in rt.functions.pools]
+    before = [len(p.instances()) for p in pools]
+    assert all(n >= p.min_instances >= 1 for n, p in zip(before, pools))
+
+    class AnHourLater:
+        @staticmethod
+        def now() -> float:
+            return time.monotonic() + 3600.0
+
+    monkeypatch.setattr(rt, "clock", AnHourLater)
+    rt.expire_idle()
+    assert [len(p.instances()) for p in pools] >= [p.min_instances for p in pools]
+    assert rt.ready() and live_gateway.plane.ready()
+    assert requests.get(f"{live_gateway.url}/v2/health/ready", timeout=30).status_code == 200
+    monkeypatch.undo()
+    launches = [p.stats["launches"] for p in pools]
+    r = infer_json(live_gateway, [tensor("targets", [1, 2])])
+    assert r.status_code == 200, r.text
+    assert [p.stats["launches"] for p in pools] == launches  # served warm: no cold start

@@ -54,7 +54,7 @@ class TestRedisBackend(BackendSuite):
 
 @pytest.fixture
 def no_sleep(monkeypatch):
-    """Record with_retries' backoff delays instead of sleeping them."""
+    """Record the retries' backoff delays instead of sleeping them."""
     delays: list[float] = []
     monkeypatch.setattr(backends_base.time, "sleep", delays.append)
     return delays

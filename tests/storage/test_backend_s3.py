@@ -38,7 +38,7 @@ class TestS3Backend(BackendSuite):
 
 @pytest.fixture
 def no_sleep(monkeypatch):
-    """Record with_retries' backoff delays instead of sleeping them."""
+    """Record the retries' backoff delays instead of sleeping them."""
     delays: list[float] = []
     monkeypatch.setattr(backends_base.time, "sleep", delays.append)
     return delays

@@ -11,7 +11,7 @@ import importlib
 from urllib.parse import urlparse
 
 from gnn_faas.errors import InvalidRequest, MissingExtra
-from gnn_faas.storage.backends.base import StorageBackend, with_retries
+from gnn_faas.storage.backends.base import StorageBackend
 
 # scheme -> (module, class, pip extra, third-party module it needs)
 _REGISTRY: dict[str, tuple[str, str, str | None, str | None]] = {
@@ -46,4 +46,4 @@ def open_backend(uri: str) -> StorageBackend:
     return backend_class(scheme)(uri)
 
 
-__all__ = ["StorageBackend", "backend_class", "known_schemes", "open_backend", "with_retries"]
+__all__ = ["StorageBackend", "backend_class", "known_schemes", "open_backend"]

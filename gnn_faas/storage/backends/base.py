@@ -18,9 +18,20 @@ from typing import ClassVar, TypeVar
 
 import numpy as np
 
-from gnn_faas.errors import TransientStorageError
+from gnn_faas import deadline
+from gnn_faas.errors import StoreUnavailable, TransientStorageError
+from gnn_faas.storage.store_health import StoreHealth, health_of
 
 T = TypeVar("T")
+
+# store calls per operation at most (the first and two retries): with per-call
+# timeouts of a few seconds a hung store costs a request at most that many,
+# and the request's deadline cuts it shorter (docs/architecture.md, section 6)
+DEFAULT_ATTEMPTS = 3
+# per-call socket timeouts of the remote backends (seconds): connecting, and
+# waiting for the next bytes of an answer (not the whole transfer)
+DEFAULT_CONNECT_TIMEOUT_S = 2.0
+DEFAULT_READ_TIMEOUT_S = 5.0
 
 
 class StorageBackend(ABC):
@@ -88,6 +99,58 @@ class StorageBackend(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections or descriptors."""
 
+    # -- store calls -------------------------------------------------------
+    @property
+    def health(self) -> StoreHealth:
+        """This store's process-wide health (outages, fail-fast, figures)."""
+        return health_of(self.uri)
+
+    def guarded(self, call: Callable[[], T], attempts: int = DEFAULT_ATTEMPTS) -> T:
+        """``call()`` (one store operation, raising
+        :class:`~gnn_faas.errors.TransientStorageError` for the store's failures),
+        reported to the store's :class:`StoreHealth`:
+
+        - a timeout is an outage at once (the store did not answer within a
+          timeout of seconds: waiting again would only double it);
+        - a refused or reset connection is retried (a fresh connection usually
+          works), and is an outage once ``attempts`` calls failed;
+        - throttling is retried with backoff, and fails that call (no outage)
+          once ``attempts`` calls were throttled.
+
+        The failure is :class:`~gnn_faas.errors.StoreUnavailable` naming the
+        store. During an outage a call fails fast unless it is the probe (one
+        attempt). No retry begins after the request's deadline. Other errors
+        (a missing blob) mean the store answered."""
+        health = self.health
+        probe = health.admit()
+        tries = 1 if probe else max(1, attempts)
+        for attempt in range(tries):
+            token = health.call_started()
+            try:
+                result = call()
+            except StoreUnavailable:
+                raise
+            except TransientStorageError as exc:
+                kind = failure_kind(exc)
+                delay = min(1.0, 0.05 * 2**attempt) * (0.5 + random.random() / 2)
+                left = deadline.remaining()
+                last = attempt == tries - 1 or (left is not None and left <= delay)
+                if kind == "timeout" or last:
+                    health.failed(kind, str(exc), probe)
+                    raise StoreUnavailable(
+                        f"graph store {health.uri} is unavailable: {exc}"
+                    ) from exc
+                time.sleep(delay)
+            except BaseException:
+                health.succeeded(probe)
+                raise
+            else:
+                health.succeeded(probe)
+                return result
+            finally:
+                health.call_ended(token)
+        raise AssertionError("unreachable")
+
     def __enter__(self):
         return self
 
@@ -98,21 +161,7 @@ class StorageBackend(ABC):
         return f"{type(self).__name__}({self.uri!r})"
 
 
-def with_retries(
-    call: Callable[[], T],
-    *,
-    attempts: int = 5,
-    base_delay: float = 0.05,
-    max_delay: float = 1.0,
-    retry_on: tuple[type[BaseException], ...] = (TransientStorageError,),
-) -> T:
-    """Run ``call``, retrying transient failures with bounded, jittered backoff."""
-    for attempt in range(attempts):
-        try:
-            return call()
-        except retry_on:
-            if attempt == attempts - 1:
-                raise
-            delay = min(max_delay, base_delay * (2**attempt))
-            time.sleep(delay * (0.5 + random.random() / 2))
-    raise AssertionError("unreachable")
+def failure_kind(exc: BaseException) -> str:
+    """How a store call failed, for the outage figures: ``timeout``,
+    ``throttled`` or ``unreachable`` (a backend sets ``exc.kind``)."""
+    return str(getattr(exc, "kind", "unreachable"))

@@ -1,4 +1,4 @@
-"""Redis backend: ``redis://HOST:PORT/DB[?prefix=NS&chunk_size=BYTES]``.
+"""Redis backend: ``redis://HOST:PORT/DB[?prefix=NS&chunk_size=BYTES&retries=N]``.
 
 A blob is stored *chunked*, so that no read ever transfers a whole blob:
 
@@ -44,7 +44,12 @@ from gnn_faas.errors import (
     StorageError,
     TransientStorageError,
 )
-from gnn_faas.storage.backends.base import StorageBackend, with_retries
+from gnn_faas.storage.backends.base import (
+    DEFAULT_ATTEMPTS,
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_READ_TIMEOUT_S,
+    StorageBackend,
+)
 
 T = TypeVar("T")
 
@@ -116,7 +121,7 @@ def split_at_chunks(
 class RedisBackend(StorageBackend):
     """Chunked blobs in one Redis database, under the key prefix ``prefix``.
 
-    URI query options: ``prefix`` and ``chunk_size`` (this backend's), and
+    URI query options: ``prefix``, ``chunk_size`` and ``retries`` (this backend's), and
     redis-py's connection options (``socket_timeout``, ``max_connections``,
     ...). ``client_options`` go to ``redis.Redis.from_url`` as well.
     """
@@ -129,7 +134,7 @@ class RedisBackend(StorageBackend):
         *,
         chunk_size: int | None = None,
         prefix: str | None = None,
-        retry_attempts: int = 5,
+        retry_attempts: int = DEFAULT_ATTEMPTS,
         **client_options,
     ):
         super().__init__(uri)
@@ -139,6 +144,7 @@ class RedisBackend(StorageBackend):
         query = dict(parse_qsl(parsed.query, keep_blank_values=True))
         uri_prefix = query.pop("prefix", "")
         uri_chunk = query.pop("chunk_size", None)
+        uri_retries = query.pop("retries", None)
         unknown = sorted(set(query) - set(URL_QUERY_ARGUMENT_PARSERS))
         if unknown:
             raise InvalidRequest(f"unknown redis store option(s) {unknown} in {uri!r}")
@@ -149,13 +155,18 @@ class RedisBackend(StorageBackend):
             raise InvalidRequest(f"chunk_size must be an integer in {uri!r}") from None
         if self.chunk_size <= 0:
             raise InvalidRequest(f"chunk_size must be positive in {uri!r}")
-        self.retry_attempts = int(retry_attempts)
-        client_options.setdefault("socket_timeout", 30)
-        client_options.setdefault("socket_connect_timeout", 5)
+        try:
+            self.retry_attempts = max(1, int(uri_retries or retry_attempts))
+        except ValueError:
+            raise InvalidRequest(f"retries must be an integer in {uri!r}") from None
+        # per-call socket timeouts (redis-py's socket_timeout and
+        # socket_connect_timeout options in the URI override them)
+        client_options.setdefault("socket_timeout", DEFAULT_READ_TIMEOUT_S)
+        client_options.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT_S)
         try:
             self._client = redis.Redis.from_url(
                 urlunparse(parsed._replace(query=urlencode(query))),
-                # redis-py's own retries are off: with_retries owns the policy
+                # redis-py's own retries are off: StorageBackend.guarded owns the policy
                 retry=Retry(NoBackoff(), 0),
                 **client_options,
             )
@@ -177,12 +188,16 @@ class RedisBackend(StorageBackend):
         def once() -> T:
             try:
                 return fn()
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
+            except redis.TimeoutError as exc:
+                err = TransientStorageError(f"redis timed out on {what!r}: {exc}")
+                err.kind = "timeout"
+                raise err from exc
+            except redis.ConnectionError as exc:
                 raise TransientStorageError(f"redis unreachable on {what!r}: {exc}") from exc
             except redis.RedisError as exc:
                 raise StorageError(f"redis failure on {what!r} in {self.uri}: {exc}") from exc
 
-        return with_retries(once, attempts=self.retry_attempts)
+        return self.guarded(once, attempts=self.retry_attempts)
 
     def _fetch_metas(self, paths: list[str]) -> dict[str, ChunkMeta]:
         """Meta of every path (cached ones from the cache; the rest in one MGET)."""

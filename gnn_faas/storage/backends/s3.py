@@ -13,19 +13,25 @@ costs about one request latency instead of one per range; the range planner
 (:func:`gnn_faas.storage.ranges.coalesce`, with this store's measured request
 cost) keeps the number of requests down.
 
-Retries belong to :func:`with_retries` (botocore's own are switched off so the
-two do not multiply): each GET is retried on its own, so one throttled range
-does not repeat the whole batch.
+Retries belong to :meth:`StorageBackend.guarded` (botocore's own are switched
+off so the two do not multiply): each GET is retried on its own, so one
+throttled range does not repeat the whole batch, and a store that keeps
+failing is an outage (:mod:`gnn_faas.storage.store_health`). URI query
+options: ``connect_timeout`` and ``read_timeout`` (seconds per call: connecting,
+and waiting for the next bytes of an answer), ``retries`` (calls per
+operation), ``max_workers`` (concurrent GETs of one batch).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import math
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
-from urllib.parse import urlparse
+from urllib.parse import parse_qsl, urlparse
 
 import boto3
 import numpy as np
@@ -33,8 +39,10 @@ from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
+    ConnectTimeoutError,
     HTTPClientError,
     IncompleteReadError,
+    ReadTimeoutError,
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
@@ -44,7 +52,12 @@ from gnn_faas.errors import (
     StorageError,
     TransientStorageError,
 )
-from gnn_faas.storage.backends.base import StorageBackend, with_retries
+from gnn_faas.storage.backends.base import (
+    DEFAULT_ATTEMPTS,
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_READ_TIMEOUT_S,
+    StorageBackend,
+)
 from gnn_faas.storage.backends.file import gather_ranges
 
 T = TypeVar("T")
@@ -69,6 +82,33 @@ _TRANSIENT_CODES = frozenset(
 _TRANSIENT_EXC = (BotoConnectionError, HTTPClientError, IncompleteReadError)
 
 
+_OPTIONS = {
+    "connect_timeout": float,
+    "read_timeout": float,
+    "retries": int,
+    "max_workers": int,
+}
+
+
+def parse_options(query: str, uri: str) -> dict:
+    """The URI's query options (see the module docstring), checked."""
+    out: dict = {}
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        kind = _OPTIONS.get(key)
+        if kind is None:
+            raise InvalidRequest(
+                f"unknown s3 store option {key!r} in {uri!r}; known: {', '.join(sorted(_OPTIONS))}"
+            )
+        try:
+            v = kind(value)
+        except ValueError:
+            raise InvalidRequest(f"s3 store option {key} must be a number in {uri!r}") from None
+        if not math.isfinite(v) or v <= 0:
+            raise InvalidRequest(f"s3 store option {key} must be positive in {uri!r}")
+        out[key] = v
+    return out
+
+
 class S3Backend(StorageBackend):
     """Blobs are objects ``PREFIX/KEY`` in ``BUCKET``.
 
@@ -88,30 +128,35 @@ class S3Backend(StorageBackend):
         max_workers: int = 16,
         multipart_threshold: int = 64 << 20,
         part_size: int = 16 << 20,
-        retry_attempts: int = 5,
+        retry_attempts: int = DEFAULT_ATTEMPTS,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+        read_timeout: float = DEFAULT_READ_TIMEOUT_S,
     ):
         super().__init__(uri)
         parsed = urlparse(uri)
         if parsed.scheme != "s3" or not parsed.netloc:
             raise InvalidRequest(f"not an s3://BUCKET[/PREFIX] URI: {uri!r}")
-        if parsed.query or parsed.fragment:
-            raise InvalidRequest(f"s3 store URI takes no query or fragment: {uri!r}")
+        if parsed.fragment:
+            raise InvalidRequest(f"s3 store URI takes no fragment: {uri!r}")
+        options = parse_options(parsed.query, uri)
         self.bucket = parsed.netloc
         self.prefix = parsed.path.strip("/")
-        self.max_workers = max(1, int(max_workers))
+        self.max_workers = max(1, int(options.get("max_workers", max_workers)))
         self.multipart_threshold = int(multipart_threshold)
         self.part_size = int(part_size)
-        self.retry_attempts = int(retry_attempts)
+        self.retry_attempts = max(1, int(options.get("retries", retry_attempts)))
+        connect_timeout = options.get("connect_timeout", connect_timeout)
+        read_timeout = options.get("read_timeout", read_timeout)
         session = boto3.session.Session()
         self._client = session.client(
             "s3",
             region_name=session.region_name or DEFAULT_REGION,
             config=Config(
                 max_pool_connections=self.max_workers,
-                # one attempt per call: with_retries owns the retry policy
+                # one attempt per call: StorageBackend.guarded owns the retry policy
                 retries={"mode": "standard", "total_max_attempts": 1},
-                connect_timeout=5,
-                read_timeout=30,
+                connect_timeout=connect_timeout,
+                read_timeout=read_timeout,
             ),
         )
         self._pool: ThreadPoolExecutor | None = None
@@ -143,8 +188,16 @@ class S3Backend(StorageBackend):
             if code == "NoSuchBucket":
                 return BlobNotFound(f"no bucket {self.bucket!r} (reading blob {path!r})")
             if code in _TRANSIENT_CODES or status == 429 or status >= 500:
-                return TransientStorageError(f"S3 {code or status} on {path!r}: {exc}")
+                err = TransientStorageError(f"S3 {code or status} on {path!r}: {exc}")
+                err.kind = (
+                    "throttled" if status in (429, 503) or "Throttl" in code else "unreachable"
+                )
+                return err
             return StorageError(f"S3 {code or status} on {path!r} in {self.uri}: {exc}")
+        if isinstance(exc, (ReadTimeoutError, ConnectTimeoutError)):
+            err = TransientStorageError(f"S3 timed out on {path!r}: {exc}")
+            err.kind = "timeout"
+            return err
         if isinstance(exc, _TRANSIENT_EXC):
             return TransientStorageError(f"S3 unreachable or interrupted on {path!r}: {exc}")
         return StorageError(f"S3 failure on {path!r} in {self.uri}: {exc}")
@@ -158,7 +211,7 @@ class S3Backend(StorageBackend):
             except (BotoCoreError, ClientError) as exc:
                 raise self._translate(exc, path) from exc
 
-        return with_retries(once, attempts=self.retry_attempts)
+        return self.guarded(once, attempts=self.retry_attempts)
 
     def _get(self, path: str, start: int | None, end: int | None) -> bytes:
         """Bytes ``[start, end)`` with ``0 <= start`` and ``end`` past the end
@@ -200,12 +253,12 @@ class S3Backend(StorageBackend):
                 self.cat_file(p, int(s), int(e))
                 for p, s, e in zip(paths, starts, ends, strict=True)
             ]
-        return list(
-            self._executor().map(
-                lambda a: self.cat_file(a[0], int(a[1]), int(a[2])),
-                zip(paths, starts, ends, strict=True),
-            )
-        )
+        pool = self._executor()
+        futures = [
+            pool.submit(contextvars.copy_context().run, self.cat_file, p, int(s), int(e))
+            for p, s, e in zip(paths, starts, ends, strict=True)
+        ]
+        return [f.result() for f in futures]
 
     def read_ranges(self, path: str, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
         """Concurrent ranged GETs into one buffer: ``out[off[i]:off[i]+len[i]] = blob[s[i]:e[i]]``.
@@ -232,8 +285,11 @@ class S3Backend(StorageBackend):
         if todo.size == 1:
             one(int(todo[0]))
         else:
-            # list() drains the iterator so the first failure is raised here
-            list(self._executor().map(one, todo.tolist()))
+            # each GET sees the caller's context (its request's deadline)
+            pool = self._executor()
+            futures = [pool.submit(contextvars.copy_context().run, one, i) for i in todo.tolist()]
+            for f in futures:  # the first failure is raised here
+                f.result()
         if np.array_equal(got, lengths):
             return out
         return gather_ranges(out, offsets, offsets + got)
