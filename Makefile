@@ -162,6 +162,23 @@ chart-push:
 	$(HELM) push $$pkg oci://$(patsubst %/,%,$(REGISTRY))/charts "$${plain[@]}" 2>&1 | tee build/chart/push.log; \
 	grep -q '^Digest: sha256:' build/chart/push.log
 
+# The GPU check (docs/gpu-check.md). `make gpu-wheels` downloads here, by locks/gpu.txt (hashes
+# checked), the wheels for Python 3.12 of the core dependencies a lent GPU machine lacks (it has
+# CUDA torch, PyG, numpy and scipy, and no package index) into build/gpu-wheels, the folder to
+# carry there; scripts/gpu-check.sh installs from it with --no-index what is missing.
+GPU_WHEELS := build/gpu-wheels
+GPU_PLATFORMS := manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 \
+  manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64
+gpu-wheels:
+	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)
+	$(PYTHON) -m pip download -q --no-deps --require-hashes --only-binary=:all: \
+	  --python-version 3.12 --implementation cp $(addprefix --platform ,$(GPU_PLATFORMS)) \
+	  -d $(GPU_WHEELS) -r locks/gpu.txt
+	@echo "make gpu-wheels: $$(ls $(GPU_WHEELS) | wc -l) wheels, $$(du -sh $(GPU_WHEELS) | cut -f1) in $(GPU_WHEELS)"
+
+gpu-check:
+	scripts/gpu-check.sh
+
 # Stop the engine `make images` or the tests started under build/docker, if one still runs.
 engine-stop:
 	$(ENGINE) stop $(DOCKER_DIR)
