@@ -33,6 +33,7 @@ import argparse
 import hashlib
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -285,13 +286,15 @@ def main(argv: list[str]) -> int:
         ap.error(f"unknown targets {unknown}; known: {[*known, 'torch-cpu']}")
     if not list(Path(args.torch_wheels).glob(f"torch-{TORCH_PIN}-*.whl")):
         ap.error(f"no torch-{TORCH_PIN} wheel in {args.torch_wheels} (--torch-wheels)")
+    # absolute: uv runs in a temporary folder (_uv_compile)
+    uv = str(Path(args.uv).resolve()) if "/" in args.uv else shutil.which(args.uv) or args.uv
     (ROOT / "locks").mkdir(exist_ok=True)
     for name in wanted:
         print(f"make lock: locks/{name}.txt", file=sys.stderr)
         if name == "torch-cpu":
-            compile_torch(pyproject, args.uv, args.torch_wheels)
+            compile_torch(pyproject, uv, args.torch_wheels)
         else:
-            compile_target(pyproject, known[name], args.uv, args.torch_wheels)
+            compile_target(pyproject, known[name], uv, args.torch_wheels)
     return 0
 
 
