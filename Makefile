@@ -28,7 +28,7 @@ $(VENV)/.installed: pyproject.toml locks/dev.txt locks/torch-cpu.txt
 # check them (tests/test_locks.py runs the same check offline). Commit the result.
 UV ?= $(BIN)/uv
 lock:
-	@[ -x "$(UV)" ] || $(MAKE) install
+	@[ -x "$(UV)" ] || { rm -f $(VENV)/.installed; $(MAKE) install; }
 	$(BIN)/python scripts/lock.py compile --uv $(UV) --torch-wheels $(TORCH_WHEELS)
 	$(BIN)/python scripts/lock.py check
 
