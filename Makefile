@@ -5,17 +5,32 @@ VENV := .venv
 BIN := $(VENV)/bin
 STORE ?= file://$(CURDIR)/var/store
 
-.PHONY: install test-deps registry-deps kube-tools run test test-fast lint format bench clean images engine-stop push chart-push
+.PHONY: install lock test-deps registry-deps kube-tools run test test-fast lint format bench clean images engine-stop push chart-push gpu-wheels gpu-check
 
 install: $(VENV)/.installed
 
-# torch is installed first, pinned, so pip takes the CPU wheel from the local
-# find-links instead of resolving a CUDA build from an index.
-$(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[all,test]'
+# Every install comes from the lock files under locks/ (`make lock` writes them from
+# pyproject.toml; scripts/lock.py says how): each package pinned with its files' hashes,
+# installed with --require-hashes --no-deps, so nothing is resolved and two installs are the
+# same. torch first, alone, from the CPU wheel on disk (--no-index: the only candidate is that
+# file, never a CUDA build); then the dev lock (torch's dependencies included); then gnn_faas
+# itself, editable, built by the setuptools the dev lock pins. --clear: a venv holds exactly
+# the lock, whatever an earlier install left.
+TORCH_WHEELS ?= /opt/wheels
+$(VENV)/.installed: pyproject.toml locks/dev.txt locks/torch-cpu.txt
+	$(PYTHON) -m venv --clear $(VENV)
+	$(BIN)/pip install -q --require-hashes --no-deps --no-index --find-links $(TORCH_WHEELS) -r locks/torch-cpu.txt
+	$(BIN)/pip install -q --require-hashes --no-deps -r locks/dev.txt
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $@
+
+# Rewrite locks/ from pyproject.toml with uv (the `lock` extra; needs the package index), then
+# check them (tests/test_locks.py runs the same check offline). Commit the result.
+UV ?= $(BIN)/uv
+lock:
+	@[ -x "$(UV)" ] || { rm -f $(VENV)/.installed; $(MAKE) install; }
+	$(BIN)/python scripts/lock.py compile --uv $(UV) --torch-wheels $(TORCH_WHEELS)
+	$(BIN)/python scripts/lock.py check
 
 # Real servers for the storage tests: redis-server from Debian (moto's S3
 # server comes with the pip extras above).
@@ -76,7 +91,9 @@ BASE_IMAGE ?= gnn-faas-base:bookworm
 APP_VERSION := $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*/\1/p' charts/Chart.yaml)
 IMAGE_TAG ?= $(APP_VERSION)
 TORCH_VARIANT ?= cpu
-TORCH_WHEEL ?= $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-cp311-*.whl))
+# the CPU wheel locks/torch-cpu.txt pins (its hash is checked in the build)
+TORCH_VERSION := $(shell sed -n 's/^torch==\([^ ]*\).*/\1/p' locks/torch-cpu.txt)
+TORCH_WHEEL ?= $(firstword $(wildcard $(TORCH_WHEELS)/torch-$(TORCH_VERSION)-cp311-*.whl))
 CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
 IMAGES := memory:gnn_faas/functions/memory.Dockerfile compute:gnn_faas/functions/compute.Dockerfile gateway:gnn_faas/gateway/Dockerfile
 
@@ -144,6 +161,23 @@ chart-push:
 	$(HELM) package charts -d build/chart >/dev/null; pkg=$$(ls build/chart/*.tgz); \
 	$(HELM) push $$pkg oci://$(patsubst %/,%,$(REGISTRY))/charts "$${plain[@]}" 2>&1 | tee build/chart/push.log; \
 	grep -q '^Digest: sha256:' build/chart/push.log
+
+# The GPU check (docs/gpu-check.md). `make gpu-wheels` downloads here, by locks/gpu.txt (hashes
+# checked), the wheels for Python 3.12 of the core dependencies a lent GPU machine lacks (it has
+# CUDA torch, PyG, numpy and scipy, and no package index) into build/gpu-wheels, the folder to
+# carry there; scripts/gpu-check.sh installs from it with --no-index what is missing.
+GPU_WHEELS := build/gpu-wheels
+GPU_PLATFORMS := manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 \
+  manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64
+gpu-wheels:
+	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)
+	$(PYTHON) -m pip download -q --no-deps --require-hashes --only-binary=:all: \
+	  --python-version 3.12 --implementation cp $(addprefix --platform ,$(GPU_PLATFORMS)) \
+	  -d $(GPU_WHEELS) -r locks/gpu.txt
+	@echo "make gpu-wheels: $$(ls $(GPU_WHEELS) | wc -l) wheels, $$(du -sh $(GPU_WHEELS) | cut -f1) in $(GPU_WHEELS)"
+
+gpu-check:
+	scripts/gpu-check.sh
 
 # Stop the engine `make images` or the tests started under build/docker, if one still runs.
 engine-stop:

@@ -2,10 +2,9 @@
 
     python3 scripts/requirements.py [PYPROJECT] [EXTRA,EXTRA...] [--exclude NAME,NAME]
 
-The image builds install these first, in a layer of their own (a change to the code then
-rebuilds only the last layer), and the package itself with ``--no-deps``. Extras that name
-the project itself (``gnn-faas[compute,s3]``) are expanded. Standard library only (tomllib:
-Python >= 3.11, what the images run).
+scripts/lock.py compiles each install target's lock file from these (the images and the
+venv install the locks, not these ranges). Extras that name the project itself
+(``gnn-faas[compute,s3]``) are expanded. Standard library only (tomllib: Python >= 3.11).
 """
 
 from __future__ import annotations

@@ -9,8 +9,11 @@
 #
 # The build context is the repository root. BASE_IMAGE: any Debian-like image with python3 >= 3.11
 # and its venv module (default: the debootstrap base `make images` imports; with a registry,
-# python:3.11-slim). pip (run from its wheel: no pip stays in the image) reaches the package index with the CA bundle given as the BuildKit
-# secret `ca` (optional): the secret is mounted for one RUN and never lands in a layer.
+# python:3.11-slim). The dependencies are locks/memory.txt (`make lock`): every package pinned
+# with its files' hashes, installed with --require-hashes --no-deps (no resolution at build
+# time). pip (run from its wheel: no pip stays in the image) reaches the package index with the
+# CA bundle given as the BuildKit secret `ca` (optional): the secret is mounted for one RUN and
+# never lands in a layer.
 #
 # Contract (Knative, OpenFaaS, the docker platform): listens on $PORT (8080) at $HOST
 # (0.0.0.0); readiness on /v2/health/ready and /_/health; runs as uid 10001; only /tmp is
@@ -26,7 +29,6 @@ FROM ${BASE_IMAGE} AS build
 
 # botocore describes every AWS service (30 MB); the store needs S3 (and STS/SSO for credentials)
 ARG BOTOCORE_SERVICES="s3 sts sso sso-oidc"
-ARG EXTRAS=s3,redis
 
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
@@ -38,15 +40,14 @@ ENV VIRTUAL_ENV=/opt/venv \
 # Dependencies first, in their own layer: a change to the code rebuilds only the last layers.
 # The byte code of modules the function never imports goes (scripts/prune_bytecode.py); numpy's and scipy's own test suites go (a third of scipy, never imported), and so do C and
 # Cython sources, headers and type stubs.
-COPY pyproject.toml README.md scripts/requirements.py scripts/prune_bytecode.py /opt/gnn-faas/
+COPY locks/memory.txt /opt/gnn-faas/locks/
 RUN --mount=type=secret,id=ca \
     set -e; if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi; \
     pip="python $(ls /usr/share/python-wheels/pip-*.whl /usr/local/lib/python3*/ensurepip/_bundled/pip-*.whl \
       /usr/lib/python3*/ensurepip/_bundled/pip-*.whl 2>/dev/null | head -n 1)/pip"; \
     python3 -m venv --without-pip /opt/venv; \
-    python3 /opt/gnn-faas/requirements.py /opt/gnn-faas/pyproject.toml "${EXTRAS}" >/tmp/req.txt; \
-    $pip install -q -r /tmp/req.txt; \
-    rm -rf /tmp/req.txt /root/.cache; \
+    $pip install -q --require-hashes --no-deps -r /opt/gnn-faas/locks/memory.txt; \
+    rm -rf /root/.cache; \
     for d in /opt/venv/lib/python3*/site-packages/botocore/data/*/; do \
       case " ${BOTOCORE_SERVICES} " in *" $(basename "$d") "*) ;; *) rm -rf "$d" ;; esac; done; \
     find /opt/venv/lib/python3*/site-packages/numpy /opt/venv/lib/python3*/site-packages/scipy \
@@ -54,12 +55,17 @@ RUN --mount=type=secret,id=ca \
     find /opt/venv/lib/python3*/site-packages \( -name '*.pyi' -o -name '*.pxd' -o -name '*.pyx' \
       -o -name '*.h' -o -name '*.c' -o -name '*.cpp' -o -name '*.f' -o -name '*.f90' \) -delete
 
+# gnn_faas itself: built by the setuptools of locks/build.txt (outside the venv, gone with
+# this RUN), --no-build-isolation so no build requirement is resolved either.
+COPY pyproject.toml README.md locks/build.txt scripts/prune_bytecode.py /opt/gnn-faas/
 COPY gnn_faas /opt/gnn-faas/gnn_faas
 RUN --mount=type=secret,id=ca \
     set -e; if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi; \
     pip="python $(ls /usr/share/python-wheels/pip-*.whl /usr/local/lib/python3*/ensurepip/_bundled/pip-*.whl \
       /usr/lib/python3*/ensurepip/_bundled/pip-*.whl 2>/dev/null | head -n 1)/pip"; \
-    $pip install -q --no-deps /opt/gnn-faas; \
+    $pip install -q --require-hashes --no-deps --target /tmp/build -r /opt/gnn-faas/build.txt; \
+    PYTHONPATH=/tmp/build $pip install -q --no-deps --no-build-isolation /opt/gnn-faas; \
+    rm -rf /tmp/build /root/.cache; \
     python -c "import importlib.util as u; assert u.find_spec('torch') is None, 'torch in the memory image'"; \
     python -c "import importlib.util as u, sys; u.find_spec('boto3') is None and sys.exit(); import boto3; boto3.client('s3', region_name='us-east-1')"; \
     python -c "import gnn_faas.functions.memory_app"; \
