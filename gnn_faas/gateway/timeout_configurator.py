@@ -404,8 +404,3 @@ def load_configurator(
             params,
         )
     return conf
-
-
-def round_decision(x: float, max_steps: int) -> int:
-    """Nearest decision code to ``x`` (half-up), clipped to ``[-1, max_steps]``."""
-    return int(min(max(math.floor(x + 0.5), -1), max_steps))
