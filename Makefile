@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STORE ?= file://$(CURDIR)/var/store
 
-.PHONY: install lock test-deps registry-deps kube-tools run test test-fast lint format bench clean images engine-stop push chart-push gpu-wheels gpu-check
+.PHONY: install lock test-deps registry-deps kube-tools run test test-fast lint format bench clean images engine-stop push chart-push gpu-wheels gpu-check docs docs-gen
 
 install: $(VENV)/.installed
 
@@ -61,17 +61,30 @@ run: install
 test: install test-deps registry-deps kube-tools
 	$(MAKE) images || echo "make test: the images were not built; the container tests say why"
 	$(BIN)/python -m pytest -q
+	$(MAKE) docs
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: install
-	$(BIN)/ruff check gnn_faas tests
-	$(BIN)/ruff format --check gnn_faas tests
+	$(BIN)/ruff check gnn_faas tests scripts/gen_docs.py
+	$(BIN)/ruff format --check gnn_faas tests scripts/gen_docs.py
 
 format: install
 	$(BIN)/ruff format gnn_faas tests
 	$(BIN)/ruff check --fix gnn_faas tests
+
+# The generated docs pages (references from the code, tables from docs/results/*.json, the
+# request-path picture): rerun after changing the config, a command, an endpoint, a chart value
+# or a result; tests/test_docs.py fails while a page is stale.
+docs-gen: install
+	$(BIN)/python scripts/gen_docs.py
+
+# The docs site (MkDocs, Material theme) into build/site; --strict: a broken link, a missing
+# page or a stale generated page fails it.
+docs: install
+	$(BIN)/python scripts/gen_docs.py --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site
 
 bench: install
 	$(BIN)/gnn-faas datasets prepare bitcoin-otc --store $(STORE)

@@ -50,6 +50,15 @@ from gnn_faas.paths import default_store, var_dir
 
 @dataclass(frozen=True)
 class GatewayConfig:
+    """The gateway's HTTP server, the ``gateway:`` section.
+
+    - ``host`` / ``port``: where it listens (``gnn-faas up --host/--port`` override them).
+    - ``threads``: HTTP threads of its one worker process.
+    - ``request_timeout_s``: seconds a request may take before it is answered 503.
+    - ``admission_headroom``: the share of the SLO a request's predicted latency may use
+      before admission control sheds it (503 with ``Retry-After``).
+    """
+
     host: str = "127.0.0.1"
     port: int = 8080
     threads: int = 32
@@ -68,7 +77,7 @@ class GatewayConfig:
     # memory functions send their aggregate straight to the compute instance the
     # gateway chose (one gateway call per partition and layer, not two; an
     # execution whose every layer is one part runs all its layers in one call),
-    # where the platform addresses instances (local, docker; README, "Low load")
+    # where the platform addresses instances (local, docker; docs/architecture.md, section 2)
     forward_update: bool = True
     # the graph structure every request's k-hop step reads (indptr, indices,
     # degrees) is held in the gateway's memory when it fits this budget, else
@@ -116,7 +125,10 @@ class LimitsConfig:
 
 @dataclass(frozen=True)
 class KnativeSettings:
-    """Where the knative backend finds the chart's Knative Services."""
+    """Where the knative backend finds the chart's Knative Services.
+
+    - ``namespace``: the namespace of the chart's functions (the release's).
+    """
 
     namespace: str = "default"
     # label selector of this release's functions (the chart sets app.kubernetes.io/instance)
@@ -131,7 +143,19 @@ class KnativeSettings:
 
 @dataclass(frozen=True)
 class OpenFaaSSettings:
-    """How the openfaas backend reaches the OpenFaaS gateway."""
+    """How the openfaas backend reaches the OpenFaaS gateway.
+
+    - ``url``: the OpenFaaS gateway's URL.
+    - ``namespace``: the function namespace (``null``: OpenFaaS's default).
+    - ``selector``: label selector of this release's functions.
+    - ``user_env`` / ``password_env``: environment variables holding the basic-auth
+      user and password.
+    - ``credentials_secret``: else ``NAMESPACE/NAME`` of OpenFaaS's basic-auth Secret,
+      read through the Kubernetes API (``null``: the variables only).
+    - ``user_key`` / ``password_key``: the keys of user and password in that Secret.
+    - ``refresh_s``: seconds between reads of the functions' replicas.
+    - ``start_timeout_s``: seconds a new dispatch slot waits for a ready replica.
+    """
 
     url: str = "http://gateway.openfaas:8080"
     namespace: str | None = None
@@ -157,10 +181,16 @@ class OpenFaaSSettings:
 @dataclass(frozen=True)
 class DockerSettings:
     """The ``docker`` platform (scheduler/platform/docker.py): function instances
-    as containers of the images ``make images`` builds. ``host``: the engine
-    (``None``: ``$DOCKER_HOST``, else the default socket). ``memory_aware_cache:
-    false`` tells memory functions the machine's memory instead of letting them
-    read their container's limit (the cache then grows past it: a baseline)."""
+    as containers of the images ``make images`` builds.
+
+    - ``host``: the engine (``null``: ``$DOCKER_HOST``, else the default socket).
+    - ``memory_image`` / ``compute_image``: the images of the memory and compute functions.
+    - ``start_timeout_s``: seconds a container may take to answer its ready probe.
+    - ``stop_grace_s``: seconds between SIGTERM and SIGKILL when an instance stops.
+    - ``memory_aware_cache``: ``false`` tells memory functions the machine's memory
+      instead of their container's limit (the cache then grows past it: a baseline).
+    - ``tmpfs_mb``: size of each container's ``/tmp`` (its only writable path).
+    """
 
     host: str | None = None
     memory_image: str = "gnn-faas-memory:latest"
@@ -183,6 +213,17 @@ class DockerSettings:
 
 @dataclass(frozen=True)
 class PlatformConfig:
+    """Where function instances run and how big they are, the ``platform:`` section.
+
+    - ``kind``: ``local`` (processes, the default), ``docker``, ``knative`` or ``openfaas``.
+    - ``keep_alive_s``: seconds an idle instance lives before it stops (scale to zero).
+    - ``memory_function_mb`` / ``compute_function_mb``: memory of one memory / compute
+      function instance (MiB), what it is billed and sized on.
+    - ``memory_vcpus`` / ``compute_vcpus``: vCPUs of one instance.
+    - ``max_memory_instances`` / ``max_compute_instances``: the most instances of each
+      model's memory / compute function.
+    """
+
     kind: str = "local"
     keep_alive_s: float = 600.0
     memory_function_mb: int = 512
@@ -212,7 +253,21 @@ class PlatformConfig:
 class BufferSettings:
     """Graph-sharing buffers (λGrapher 3.2-3.3), the ``buffers:`` section; a model's
     :class:`~gnn_faas.gateway.buffer_pool.BufferConfig` is
-    ``BufferConfig.from_settings(settings, slo_s)``."""
+    ``BufferConfig.from_settings(settings, slo_s)``.
+
+    - ``num_buffers``: buffers open at once per model.
+    - ``gamma``: a buffer's first timeout, T0 = gamma x SLO.
+    - ``delta``: the longest a buffer waits from its first request, Tmax = delta x SLO.
+    - ``tau_fraction``: the decision interval, tau = tau_fraction x SLO.
+    - ``max_steps``: the longest extension one decision may make, in steps of tau.
+    - ``alpha`` / ``beta``: weights of sharing degree and of wait in a closed buffer's
+      gain (alpha x S - beta x D), what the timeout tree is fitted to.
+    - ``max_requests_per_buffer``: a buffer closes when it holds this many requests.
+    - ``exec_estimate_s``: seconds a closed buffer needs to execute; a buffer closes in
+      time for each of its requests to meet the SLO.
+    - ``global_opt``: move requests between open buffers when that raises sharing.
+    - ``latency_slack``: ``balanced``: mean latency within (1 + slack) x no sharing's.
+    """
 
     num_buffers: int = 4
     gamma: float = 0.1
@@ -232,7 +287,12 @@ class BufferSettings:
 
 @dataclass(frozen=True)
 class ModelBufferSettings:
-    """A model's own buffer objective (None: the ``buffers`` section's)."""
+    """A model's own buffer objective (None: the ``buffers`` section's).
+
+    - ``objective``: ``cost``, ``balanced`` or ``latency`` for this model (``null``: the
+      ``buffers`` section's).
+    - ``latency_slack``: this model's slack (``null``: the ``buffers`` section's).
+    """
 
     objective: str | None = None
     latency_slack: float | None = None
@@ -240,6 +300,25 @@ class ModelBufferSettings:
 
 @dataclass(frozen=True)
 class ModelServingConfig:
+    """One served model, an entry of ``models:``.
+
+    - ``name``: the model's name in the API (``/v2/models/NAME``).
+    - ``graph``: the graph in the store it serves.
+    - ``arch`` / ``layers`` / ``hidden`` / ``epochs``: the model trained on first start
+      when there is no checkpoint (``gcn``, ``sage``, ``gin``, ``gat``).
+    - ``slo_s``: the latency objective in seconds (buffers, admission, SLO counts).
+    - ``fanouts``: per hop, in-neighbours sampled per vertex (-1: all; ``null``: all
+      at every hop).
+    - ``mode``: ``graph_sharing``, ``no_sharing`` (buffers, each request aggregated
+      alone) or ``request_centric`` (no buffers, no cache: the AWSGNN baseline).
+    - ``recompute_budget``: ``precomputed``: the share of candidate vertices recomputed.
+    - ``recompute_policy``: which candidates: ``query_edge_ratio``, ``random`` or
+      ``importance``.
+    - ``max_new_edges``: the most edges a new-vertex request may add.
+    - ``compute_function_mb`` / ``memory_vcpus`` / ``compute_vcpus``: this model's sizes
+      where they differ from ``platform.*`` (``null``: the platform's).
+    """
+
     name: str = "bitcoin-otc"
     graph: str = "bitcoin-otc"
     dataset: str | None = "bitcoin-otc"  # prepared into the store when the graph is missing
@@ -280,6 +359,13 @@ class ModelServingConfig:
 
 @dataclass(frozen=True)
 class ServingConfig:
+    """The whole serving config (the YAML file ``gnn-faas up --config`` reads).
+
+    - ``store``: the graph store's URI: ``file:///path``, ``s3://bucket/prefix`` or
+      ``redis://host:6379/0``; ``${VAR}`` is read from the environment (empty:
+      ``file://./var/store``).
+    """
+
     store: str = ""
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
     platform: PlatformConfig = field(default_factory=PlatformConfig)

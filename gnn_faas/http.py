@@ -49,7 +49,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.exceptions import NotFound as NoRoute
 
 from gnn_faas import deadline, request_id
-from gnn_faas.errors import GnnFaasError, InvalidRequest, http_headers, http_status
+from gnn_faas.errors import GnnFaasError, http_headers, http_status
 from gnn_faas.wire import (
     DEFAULT_MAX_BYTES,
     FRAME_MIME,
@@ -228,14 +228,6 @@ def _count_serde(seconds: float) -> None:
     times = _times.get()
     if times is not None:
         times.serde += seconds
-
-
-def read_json() -> dict[str, Any]:
-    """The request's JSON object body."""
-    body = request_body()
-    if request.mimetype == FRAME_MIME:
-        raise InvalidRequest(f"this endpoint takes a JSON body, not {FRAME_MIME}")
-    return decode_json(body, _limit())
 
 
 def frame_response(tensors: dict, params: dict | None = None, status: int = 200) -> Response:

@@ -206,7 +206,7 @@ def test_gateway_container_runs_the_bundle_as_containers(client, assets, docker_
     containers; the bundle answers as PyG does; stopping it removes them."""
     import docker
 
-    from gnn_faas.traces.replay import vertex_request
+    from gnn_faas.client import vertex_request
 
     sock = docker_host[len("unix://") :]
     port = free_port()

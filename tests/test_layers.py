@@ -37,6 +37,8 @@ LAYERS: list[tuple[str, ...]] = [
         "gnn_faas.choices",
         "gnn_faas.config_schema",
         "gnn_faas.config",
+        # the gateway's Python client: traces, bench, cli and users import it
+        "gnn_faas.client",
     ),
     ("gnn_faas.storage",),
     ("gnn_faas.functions",),

@@ -1,43 +1,25 @@
 """``gnn-faas bench cache``: the adaptive feature cache against a static top-degree cache.
 
-Replays the first ``--requests`` requests of the graph's real request order
-(``request_order.bin``, never cycled; ``--order time``; ``--order random`` shuffles the same requests, seeded, to remove the
-temporal locality) one request at a time. A request of ``--batch`` targets
+Replays the first ``--requests`` requests of the graph's request order (``--order
+time``, or ``random``: the same requests shuffled, seeded) one at a time: each
 fetches its ``--hops``-hop computation graph with the real
-:class:`~gnn_faas.storage.fetcher.KHopFetcher` and looks up the feature rows of
-its input vertices (``D_0``) in:
+:class:`~gnn_faas.storage.fetcher.KHopFetcher` and looks up its input rows in the
+adaptive :class:`~gnn_faas.functions.feature_cache.FeatureCache` (at most
+``cache_fraction * num_nodes`` rows; misses read from the store unless ``--features
+skip``) and in a static cache of as many top out-degree rows.
 
-- the adaptive :class:`~gnn_faas.functions.feature_cache.FeatureCache`
-  (frequency with halving decay + degree prior, admission by value) holding at
-  most ``cache_fraction * num_nodes`` rows, whose misses are read from the
-  store (``--features read``; ``skip`` loads zero rows, for hit rates of long
-  replays without the I/O);
-- a static cache of the same number of rows holding the highest out-degree
-  vertices (``degree.bin``), the usual baseline.
+``--prior degree,fap`` runs once per prior on the same requests: ``fap`` ranks by
+Quiver's feature access probability, computed from the first ``--fap-history``
+share of the request order and scored on the requests after it (``--fap-refresh
+N`` recomputes it every ``N`` requests); ``--warm`` fills each adaptive cache with
+its prior's top rows first.
 
-``--prior degree,fap`` runs the replay once per prior, side by side on the
-same requests (``hit_rates``): ``degree`` is the above; ``fap`` ranks by
-Quiver's feature access probability instead: the adaptive cache's prior is the
-FAP of its top-k vertices and the static cache holds the top-FAP rows. FAP is
-computed here (sparse mat-vecs, :mod:`gnn_faas.storage.workload_metrics`) for
-the bench's fanouts from the *first* ``--fap-history`` share of the request
-order, and every prior then replays the requests *after* it, so FAP never sees
-the requests it is scored on. ``--fap-refresh N`` recomputes FAP every ``N``
-replayed requests from every request seen so far (as a deployment re-running
-``gnn-faas datasets metrics`` would), updating the adaptive prior and the
-static set. ``--warm`` fills each adaptive cache with its
-prior's top rows before the replay (a new instance's warm start).
-
-``hit rate = rows served from the cache / all row lookups``. Defaults: 2 hops
-sampled with fanouts 10, 5 (FaaS-GNN serves 2-layer GCN/GAT on sampled
-neighbourhoods; a full 2-hop neighbourhood of a Higgs hub has ~31k vertices,
-more than a 10% cache holds, and ``--fanout full`` measures that case).
-
-Output: ``adaptive_hit_rate``, ``static_hit_rate``, ``evictions``,
-``admissions``, ``peak_memory_bytes`` (the adaptive cache's largest row
-array), ``process_max_rss_bytes``, ``requests``, ``lookups``,
-``unique_rows`` (``1 - unique_rows / lookups`` bounds any cache's hit
-rate), ``cache_rows``, ``seconds`` and the settings.
+``hit rate = rows served from the cache / all row lookups``. Output:
+``adaptive_hit_rate``, ``static_hit_rate``, ``evictions``, ``admissions``,
+``peak_memory_bytes``, ``process_max_rss_bytes``, ``requests``, ``lookups``,
+``unique_rows`` (``1 - unique_rows / lookups`` bounds any cache's hit rate),
+``cache_rows``, ``seconds`` and the settings. The protocol and its defaults:
+docs/design/bench-cache.md.
 """
 
 from __future__ import annotations

@@ -1,37 +1,25 @@
 """``gnn-faas bench fetch``: on-demand k-hop fetching against a full download.
 
 FaaS-GNN (section 4.2) fetches each request's computation graph by byte ranges
-instead of downloading the whole graph at cold start as a DGL-serverless
-container does. Each query here is ONE target vertex taken, in order, from the
-graph's real request order (a seeded sample where it has none); a query is
-``KHopFetcher.fetch`` plus ``read_features`` of its input vertices, on one
-fetcher that caches nothing, so every query reads what it needs. The two share
-one :class:`~gnn_faas.storage.ranges.ByteBudget`: a query reads at most
-``(1 + MAX_OVERREAD)`` x its needed bytes, spent where merged gaps save the
-most requests over all its hops and its feature rows.
+instead of downloading the whole graph at cold start. Each query is ONE target
+from the graph's request order (a seeded sample where it has none):
+``KHopFetcher.fetch`` plus ``read_features`` of its input vertices, on a fetcher
+that caches nothing, sharing one :class:`~gnn_faas.storage.ranges.ByteBudget` (at
+most ``(1 + MAX_OVERREAD)`` x the needed bytes). Figures (summed or averaged over
+queries):
 
-Figures (all summed or averaged over queries):
-
-- ``bytes_read``: what the backend transferred;
-- ``bytes_min``: what the queries need, computed independently from the
-  in-memory CSR: per query, ``8 * |{v, v + 1 : v expanded}|`` (indptr entries)
-  ``+ itemsize * sum of expanded in-degrees`` (neighbour segments)
-  ``+ row_bytes * |D_0|`` (feature rows); ``ratio = bytes_read / bytes_min``
-  (``bytes_min_definition`` says so in the JSON);
-- ``ordering``: the vertex order of the stored graph (``ingest --reorder``,
-  ``datasets prepare --reorder``; ``none`` when it was not renumbered);
-- ``round_trips_per_hop``: mean over queries of the round trips of the hops
-  divided by the hops; ``feature_round_trips``: mean round trips of the
-  feature read;
+- ``bytes_read``: what the backend transferred; ``bytes_min``: what the queries
+  need, from the in-memory CSR (indptr entries, neighbour segments and feature rows
+  of the expanded vertices: ``bytes_min_definition`` in the JSON); ``ratio``;
+- ``ordering``: the stored graph's vertex order (``none`` when not renumbered);
+- ``round_trips_per_hop``, ``feature_round_trips``: mean round trips;
 - ``p50_ms``/``p99_ms``: per-query latency;
-- ``full_download_bytes``/``full_download_ms``: ``cat_file`` of the manifest and
-  every blob through a freshly opened backend, median of ``--repeats`` runs;
-- ``requests_per_query``: storage requests (ranged GETs on S3, GETRANGEs on
-  Redis, gathered ranges of a file) per query, as the range planner made them
-  under the store's measured constants (``planner``: those constants);
-- ``dollars_per_million_queries``: those requests priced by the price file's
-  request-priced storage price for the store's kind (S3 Standard GETs), null
-  for a store not billed per request (``storage_price`` names the price).
+- ``full_download_bytes``/``full_download_ms``: every blob through a fresh
+  backend, median of ``--repeats`` runs;
+- ``requests_per_query``: storage requests per query as the range planner made
+  them under the store's measured constants (``planner``);
+- ``dollars_per_million_queries``: those requests at the store's request price
+  (``storage_price``; null for a store not billed per request).
 """
 
 from __future__ import annotations

@@ -1,15 +1,13 @@
 """``gnn-faas bench live-vs-sim``: one trace window replayed live and simulated.
 
-A stack is brought up as the bundled calibration of ``--graph`` was measured
-(its function sizes, instance caps, keep-alive and SLO; admission control off,
-as the simulator models none) serving a seeded, untrained 2-layer GCN (hidden
-64: weights do not change the work). ``--minutes`` of the trace (default: the
-busiest Azure 2019 function from minute 60, at its own rate) are replayed open
-loop after ``--warmup`` seconds played but not measured, and the simulator runs
-the gateway's policy (``gnn_faas``) on the same window. Unless
-``--no-fit-warmup``, the profile's execution times are refitted on the
-warm-up's executions first, so the prediction runs at the speed this machine
-has now (see :func:`gnn_faas.traces.live.warmup_calibration`).
+A stack is brought up as the bundled calibration of ``--graph`` was measured (its
+function sizes, instance caps, keep-alive and SLO; admission off, as the simulator
+models none) serving a seeded, untrained 2-layer GCN. ``--minutes`` of the trace
+(default: the busiest Azure 2019 function from minute 60) are replayed open loop
+after ``--warmup`` seconds played but not measured, and the simulator runs the
+gateway's policy on the same window; unless ``--no-fit-warmup`` the profile's
+execution times are refitted on the warm-up's executions first
+(:func:`gnn_faas.traces.live.warmup_calibration`).
 
 Output (one JSON object)::
 
@@ -18,26 +16,12 @@ Output (one JSON object)::
     live also:       max_sample_gap_s, instances_in_window, failed_samples
     ratio:           simulated / live of p50_ms, p99_ms, gb_s_per_request, sharing
 
-``answered`` counts the requests with an answer (live: HTTP 200; simulated:
-not dropped). ``gb_s`` is the metering over the measured window (live: the
-platform's own, from the first measured send to the last answer; simulated:
-the instances' lives clipped to the window); ``timeline_gb_s`` integrates the
-timeline of allocated GB over the same span (live: the status sampler's
-samples, a step function from the first measured send; simulated: the
-per-second coverage). Simulated, the two are equal. Live, the platform meters
-each instance from its spawn to its stop while the sampler sees it only at
-its polls (every ``sample_interval_s``; a loaded machine stretches the gaps to
-``max_sample_gap_s``, and a poll without an answer, ``failed_samples``, leaves
-the previous sample standing): an instance launched between two polls is
-missed until the next one (or counted early, when a poll's answer comes after
-the launch), and one stopping is seen late (or early, the same way). Each
-instance therefore moves the timeline by at most one gap at its launch and
-one at its stop::
+``gb_s`` is the metering over the measured window, ``timeline_gb_s`` the integral
+of the sampled timeline over the same span; live they differ by design, within
 
     |timeline_gb_s − gb_s| <= 2 · instances_in_window · largest_instance_gb · max_sample_gap_s
 
-(``instances_in_window``: instances metered in the window; one alive through
-it without a launch or stop near its edges moves nothing).
+(why: docs/design/live-vs-sim.md).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gnn_faas.client import vertex_request
 from gnn_faas.traces.open_loop import send_open_loop
-from gnn_faas.traces.replay import vertex_request
 
 
 @dataclass

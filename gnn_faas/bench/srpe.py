@@ -1,43 +1,28 @@
 """``gnn-faas bench srpe``: precomputed embeddings with selective recomputation (OMEGA).
 
-OMEGA's protocol on any graph of the store (``cora`` is prepared if absent;
-``higgs-retweet``, a ``datasets synth`` graph, an ingested one):
+OMEGA's protocol on any graph of the store (``cora`` is prepared if absent):
 
-1. hold out ``--queries`` vertices (a labelled graph: from its test split,
-   the store's ``split.bin`` where it has one (``datasets synth`` writes it),
-   else the planetoid split; an unlabelled one: the first distinct targets of
-   requests drawn at random from its request order, so frequently requested
-   vertices are held out more often) and write the graph without them (and
-   their edges) as ``NAME-srpe`` in the store;
-2. the model: a labelled graph, a ``--arch`` model trained full-batch on the
-   training vertices of that graph (the split's train part); an unlabelled
-   one (Higgs: random features), a seeded untrained model, and accuracy is the
-   *agreement with exact serving*, said in ``accuracy_kind``;
-3. ``gnn-faas precompute`` on the reduced graph (its ``p^(l)``);
-4. serve each held-out vertex alone as a new-vertex request (its features and
-   its edges to the kept vertices, the id convention of
-   ``gateway/new_vertices.py``), full neighbourhoods: exact (the whole
-   ``L``-hop graph with the new vertex) and precomputed with every
-   ``--budgets`` value and every ``--policies`` policy; a recomputed candidate's
-   layer 1 comes from its stored aggregate state (``--recompute state``,
-   :mod:`gnn_faas.functions.srpe_recompute`, exact) or from its whole
-   in-neighbourhood (``--recompute full``); ``recompute`` in the output says
-   which ran.
+1. hold out ``--queries`` vertices (a labelled graph: its test split; else
+   frequently requested ones) and store the graph without them as ``NAME-srpe``;
+2. the model: trained full-batch on the training vertices (a labelled graph), else
+   a seeded untrained one, and accuracy is the agreement with exact serving
+   (``accuracy_kind``);
+3. ``gnn-faas precompute`` on the reduced graph;
+4. serve each held-out vertex alone as a new-vertex request, full neighbourhoods:
+   exact, and precomputed at every ``--budgets`` value and ``--policies`` policy,
+   a recomputed candidate's layer 1 from its stored state (``--recompute state``)
+   or its whole in-neighbourhood (``--recompute full``).
 
-Latency is the in-process request path that the functions run (k-hop or SRPE
-graph from the file store, numpy Aggregate, torch Update on the CPU), without
-HTTP; ``p50_ms`` per setting. Output::
+Latency is the in-process request path the functions run, without HTTP (``--live``:
+over HTTP against a ``gnn-faas up`` stack, :mod:`gnn_faas.bench.srpe_live`).
+Output::
 
     {"exact": {"accuracy", "p50_ms"},
      "policies": {NAME: {BUDGET: {"accuracy", "p50_ms", "accuracy_drop_points",
                                   "speedup_p50", "rel_error_mean", ...}}}, ...}
 
-``rel_error_mean``: the mean relative L2 error of the answers against exact
-serving's, a finer measure than accuracy (the only one on Higgs). Each
-setting also says where the time goes: ``graph_p50_ms`` (building the
-computation graph: the k-hop fetch, or the SRPE graph), ``rows_p50``
-(aggregated rows), ``bytes_p50`` (bytes read from the store: structure,
-features and embeddings) and ``reads_mean`` (batched store reads per serving).
+with, per setting, ``graph_p50_ms``, ``rows_p50``, ``bytes_p50`` and ``reads_mean``
+(where the time goes). The protocol in full: docs/design/bench-srpe.md.
 """
 
 from __future__ import annotations

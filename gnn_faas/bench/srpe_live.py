@@ -186,8 +186,8 @@ def run_live(
     ``reduced.num_nodes``) live; the figures per setting."""
     import requests
 
+    from gnn_faas.client import new_vertex_request
     from gnn_faas.stack import Stack
-    from gnn_faas.traces.replay import new_vertex_request
 
     models: dict[str, dict] = {"exact": {"embeddings": "exact"}}
     for policy in policies:

@@ -42,11 +42,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_run)
 
 
-def parse_bench_args(kind: str, argv: list[str]) -> tuple[object, argparse.Namespace]:
+def bench_parser(kind: str) -> tuple[object, argparse.ArgumentParser]:
+    """The benchmark's module and its argument parser (imports the module)."""
     module = importlib.import_module(f"gnn_faas.bench.{kind.replace('-', '_')}")
     bp = argparse.ArgumentParser(prog=f"gnn-faas bench {kind}", description=BENCHMARKS[kind])
     module.add_arguments(bp)
     bp.add_argument("--json", action="store_true", help="print compact JSON (default: indented)")
+    return module, bp
+
+
+def parse_bench_args(kind: str, argv: list[str]) -> tuple[object, argparse.Namespace]:
+    module, bp = bench_parser(kind)
     return module, bp.parse_args(argv)
 
 

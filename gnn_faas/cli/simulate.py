@@ -4,7 +4,7 @@
     gnn-faas simulate azure2019 --minutes 60 --out var/sim     # + CSV, JSON and plots
     gnn-faas simulate calibrate --graph bitcoin-otc --out FILE  # measure a profile
     gnn-faas simulate calibrate-graph --graph NAME --store URI --out FILE  # its graph figures
-    gnn-faas simulate study                                     # the README's tables
+    gnn-faas simulate study                                     # the tables of docs/studies.md
 
 Service times, cold starts and memory come from a calibration profile measured
 on the real system (``--calibration``, default the one bundled for the graph;

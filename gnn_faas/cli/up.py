@@ -15,7 +15,7 @@ import json
 import logging
 from pathlib import Path
 
-DEFAULT_URL = "http://127.0.0.1:8080"
+DEFAULT_URL = "http://127.0.0.1:8080"  # gnn_faas.client.DEFAULT_URL (not imported: light parser)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,9 +32,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-level", default="info")
     p.set_defaults(handler=_up)
 
-    i = sub.add_parser("invoke", help="send one inference request to a running gateway")
+    i = sub.add_parser(
+        "invoke",
+        help="send one inference request to a running gateway",
+        description="Send one request of a kind (--targets, --pairs or --vertices) and print "
+        "the answer as JSON. A 503 (overload) exits 3, saying to retry; other errors exit 2.",
+    )
     i.add_argument("model", help="model name (see GET /v2/models)")
-    i.add_argument("--targets", type=int, nargs="+", required=True, help="vertex ids")
+    kind = i.add_mutually_exclusive_group(required=True)
+    kind.add_argument("--targets", type=int, nargs="+", help="vertex ids (a vertex request)")
+    kind.add_argument(
+        "--pairs", type=int, nargs="+", metavar="U V", help="vertex pairs u1 v1 u2 v2 ... (edge)"
+    )
+    kind.add_argument("--vertices", type=int, nargs="+", help="vertex ids (a graph-level request)")
+    i.add_argument("--graph-ids", type=int, nargs="+", help="per --vertices id, its graph 0..g-1")
+    i.add_argument(
+        "--new-features",
+        metavar="NPY",
+        help="new vertices' features, a float [n, d] .npy file (ids from the stored count up)",
+    )
+    i.add_argument(
+        "--new-edges", type=int, nargs="+", metavar="U V", help="new edges u1 v1 u2 v2 ..."
+    )
+    i.add_argument("--outputs", nargs="+", help="output names to answer (default: all)")
+    i.add_argument("--binary", action="store_true", help="binary tensor data both ways")
     i.add_argument("--url", default=DEFAULT_URL)
     i.add_argument("--timeout", type=float, default=30.0)
     i.set_defaults(handler=_invoke)
@@ -142,20 +163,49 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _invoke(args: argparse.Namespace) -> int:
-    import requests
+    import sys
 
+    import numpy as np
+
+    from gnn_faas import client
     from gnn_faas.errors import InvalidRequest, Unavailable
-    from gnn_faas.traces.replay import vertex_request
 
-    url = f"{args.url.rstrip('/')}/v2/models/{args.model}/infer"
-    try:
-        r = requests.post(url, json=vertex_request(args.targets), timeout=args.timeout)
-    except requests.RequestException as exc:
-        raise Unavailable(f"gateway at {args.url} unreachable ({type(exc).__name__})") from None
-    body = r.json() if r.headers.get("Content-Type", "").startswith("application/json") else {}
-    if r.status_code != 200:
-        raise InvalidRequest(body.get("error", r.text[:200]))
-    print(json.dumps(body))
+    if args.pairs is not None and len(args.pairs) % 2:
+        raise InvalidRequest("--pairs: give an even number of ids (u1 v1 u2 v2 ...)")
+    if args.new_edges is not None and len(args.new_edges) % 2:
+        raise InvalidRequest("--new-edges: give an even number of ids (u1 v1 u2 v2 ...)")
+    if args.graph_ids is not None and args.vertices is None:
+        raise InvalidRequest("--graph-ids needs --vertices")
+    if args.targets is not None:
+        body = client.vertex_request(args.targets)
+    elif args.pairs is not None:
+        body = client.edge_request(args.pairs)
+    else:
+        body = client.graph_request(args.vertices, args.graph_ids)
+    if args.new_features is not None or args.new_edges is not None:
+        if args.new_features is None:
+            raise InvalidRequest("--new-edges needs --new-features")
+        try:
+            feats = np.load(args.new_features, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise InvalidRequest(f"--new-features {args.new_features}: {exc}") from None
+        body = client.with_new_vertices(body, feats, args.new_edges or [])
+    with client.GatewayClient(args.url, timeout_s=args.timeout) as gateway:
+        try:
+            result = gateway.infer(args.model, body, outputs=args.outputs, binary=args.binary)
+        except Unavailable as exc:
+            print(
+                f"gnn-faas invoke: unavailable, retry in {exc.retry_after_s:g} s: {exc}",
+                file=sys.stderr,
+            )
+            return 3
+    answer = {
+        "model_name": result.model,
+        "id": result.id,
+        "outputs": {name: arr.tolist() for name, arr in result.outputs.items()},
+        "parameters": result.parameters,
+    }
+    print(json.dumps(answer))
     return 0
 
 
@@ -182,14 +232,10 @@ def _print_functions(rows: list[dict]) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    import requests
+    from gnn_faas.client import GatewayClient
 
-    from gnn_faas.errors import Unavailable
-
-    try:
-        st = requests.get(f"{args.url.rstrip('/')}/v1/status", timeout=10).json()
-    except requests.RequestException as exc:
-        raise Unavailable(f"gateway at {args.url} unreachable ({type(exc).__name__})") from None
+    with GatewayClient(args.url, timeout_s=10) as gateway:
+        st = gateway.status()
     if args.json:
         print(json.dumps(st, indent=2))
         return 0

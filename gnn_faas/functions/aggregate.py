@@ -1,40 +1,33 @@
 """Aggregate: the memory-side half of every GNN layer (numpy/scipy, no torch).
 
-A :class:`~gnn_faas.storage.computation_graph.Block` maps ``num_src`` source
-rows ``h_src`` to ``num_dst`` destination rows; destination row ``r`` is source
-row ``dst_offset + r`` (``dst_offset`` is 0 for a whole block, ``start`` for the
-rows ``[start, stop)`` cut by :func:`slice_rows`). ``N(i)`` is row ``i`` of the
-block's CSR. The ops (PyG's ``aggregate`` step of each layer):
+A :class:`~gnn_faas.storage.computation_graph.Block` maps ``num_src`` source rows
+``h_src`` to ``num_dst`` destination rows; destination row ``r`` is source row
+``dst_offset + r`` (0 for a whole block, ``start`` for rows cut by
+:func:`slice_rows`). ``N(i)`` is row ``i`` of the block's CSR. The ops (PyG's
+``aggregate`` step of each layer):
 
 - ``sum``:  ``a_i = sum_{j in N(i)} h_j``
 - ``mean``: ``a_i = sum_{j in N(i)} h_j / |N(i)|`` (0 for an empty row)
 - ``max``:  ``a_i = max_{j in N(i)} h_j`` elementwise (0 for an empty row)
 - ``gin``:  ``a_i = (1 + eps) h_i + sum_{j in N(i)} h_j``
-- ``gcn``:  ``a_i = sum_{j in N'(i) u {i}} h_j / sqrt(d_j d_i)``, ``N'(i) = N(i)``
-  without ``i``, with
-  ``d = in_degree + 1``, ``in_degree`` counting in-edges from *other* vertices
-  (PyG ``gcn_norm``: ``add_remaining_self_loops`` replaces a vertex's self
-  loops, however many, by exactly one of weight 1)
+- ``gcn``:  ``a_i = sum_{j in N'(i) u {i}} h_j / sqrt(d_j d_i)``, ``N'(i)`` = ``N(i)``
+  without ``i``, ``d = in_degree + 1`` counting in-edges from *other* vertices
+  (PyG's ``gcn_norm``: any self loops are replaced by exactly one of weight 1)
 - ``gat``:  ``a_i = sum_{j in N(i) u {i}} softmax_j(LeakyReLU(alpha_src[j] +
   alpha_dst[i])) h_j`` per head, ``h_src`` of shape ``[num_src, heads, C]``
 
-``gcn`` and ``gat`` add exactly one self loop per destination and ignore
-self loops already in the block (PyG removes them before adding its own); the
-degrees ``gcn`` is given must likewise exclude every self loop, as
-:class:`~gnn_faas.storage.computation_graph.ComputationGraph.in_degree` holds
-them (stores may keep self loops: ingest drops them only when asked).
-sum/mean/max/gin (SAGE, GIN) keep a stored self loop as an ordinary
-neighbour, as PyG's SAGEConv and GINConv do.
+``gcn`` and ``gat`` add exactly one self loop per destination and ignore stored
+ones (the degrees ``gcn`` is given must exclude them too, as
+:meth:`~gnn_faas.storage.computation_graph.ComputationGraph.in_degree` does);
+sum/mean/max/gin keep a stored self loop as an ordinary neighbour, as PyG's
+SAGEConv and GINConv do.
 
-Partitions: :func:`partial_aggregate` aggregates over a block whose columns
-are only part of each destination's sources and returns a partial state;
-:func:`combine_partials` merges the states of the parts into exactly what
-:func:`aggregate` gives for the whole (sums add; max takes the max; GAT uses
-the online-softmax rescaling ``exp(m_p - m)``).
-
-All work is whole-array: scipy sparse products for the sum-like ops and for
-GAT's weighted sum (one product per head), ``np.maximum.reduceat`` /
-``np.add.reduceat`` over CSR rows for max and for the edge softmax.
+Partitions: :func:`partial_aggregate` aggregates a block holding only part of each
+destination's sources into a partial state; :func:`combine_partials` merges the
+parts' states into exactly what :func:`aggregate` gives for the whole (sums add,
+max takes the max, GAT rescales by ``exp(m_p - m)``, the online softmax). All work
+is whole-array: scipy sparse products for the sum-like ops and GAT's weighted sum,
+``np.maximum.reduceat`` / ``np.add.reduceat`` over CSR rows for max and the softmax.
 """
 
 from __future__ import annotations

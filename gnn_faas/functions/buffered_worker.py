@@ -1,86 +1,27 @@
 """A gunicorn worker that reads each request whole on its event loop before a thread sees it.
 
-Stock ``gthread`` hands a connection to a pool thread as soon as it is accepted;
-the thread then blocks reading the request. An idle socket holds a thread for
-up to 5 s (gunicorn's data wait) and a client that sends its headers and a few
-bytes of its body then stalls holds one for as long as it likes: 32 such
-connections stop a 32-thread gateway. :class:`BufferedWorker` keeps gunicorn
-(its master, signals, hooks, the WSGI glue, the keep-alive rules of the
-response) and changes only who reads:
+Stock ``gthread`` gives a connection to a pool thread as soon as it is accepted,
+so idle and slow clients hold threads; :class:`BufferedWorker` keeps gunicorn
+(master, signals, hooks, WSGI glue, keep-alive rules) and changes only who reads.
+The contract (why, what was measured, why not another server:
+docs/design/buffered-front.md):
 
-- the main thread's selector reads every connection without blocking into a
-  per-connection buffer and frames the request itself: the header block up to
-  ``CRLF CRLF`` (at most :attr:`FrontSettings.max_header_bytes`), then
-  ``Content-Length`` bytes, or the chunks of a chunked body (sizes checked as
-  they arrive, never decoded here);
-- only a *complete* request goes to the thread pool, whose parser reads it from
-  memory: a pool thread never waits on a client;
-- deadlines, measured from the event that opened the phase: a kept-alive
-  connection with no bytes is closed silently after ``keepalive_s``; a request
-  whose header block is not complete ``header_timeout_s`` after its first byte,
-  or whose body is not complete ``body_timeout_s`` after its header block, is
-  answered 408 and closed (nginx's ``client_header_timeout`` /
-  ``client_body_timeout``, but as totals, so trickling a byte at a time does not
-  reset them). A sweep runs at most once per ``sweep_s``: a deadline holds to
-  within that;
-- at most ``max_connections`` open connections per worker (reading, idle or
-  in flight); one more is accepted and answered at once, from the event loop,
-  with a canned 503 ``{"error": "too many connections"}`` and ``Retry-After``,
-  then closed: no thread, no parse, one ``send``;
-- framing errors are answered from the event loop as JSON: a bad chunk size or
-  terminator, a bad or doubled ``Content-Length`` or an unknown transfer coding
-  is 400; a body over ``max_body_bytes`` (declared, or summed over chunks) is 413
-  before it is read; a header block over the limit is 431;
-- gunicorn's own parse errors (request line, header names) are written as JSON
-  too (``gunicorn.util.write_error`` is replaced in the worker process only).
-
-- a small request (at most ``inline_max_bytes``) to a path the app declares
-  bounded by its body (``inline_paths``: the functions' frame endpoints, see
-  ``gnn_faas/http.py``) is handled on the event loop thread itself while no
-  request is in the thread pool: a function call on a small graph then costs
-  one thread wake-up instead of three (loop -> pool thread -> loop), which on
-  a loaded machine was a large part of its latency. Anything larger, any
-  other path, or a request arriving while another runs goes to the pool, so a
-  health check waits at most for one small request.
-- a request the app's :class:`~gnn_faas.http.FrameDispatcher` takes (a frame
-  or body route: the gateway's inference) is answered from the bytes the
-  loop framed, on the loop or on a pool thread, without gunicorn's parser, the
-  WSGI environ or Flask; on a lone inference request that was ~0.6 ms. An
-  answer after which the connection closes ends it (``SHUT_WR``) as soon as it
-  is sent: a client that reads to the end of the connection (the benchmarks'
-  open-loop sender) does not wait for the access line and the loop's turn.
-
-An idle kept-alive connection costs one registered socket and an empty buffer;
-a reading one, its bytes so far. Writes are bounded by ``SO_SNDTIMEO``
-(``send_timeout_s``): a client that never reads its answer frees the thread.
-
-Why this and not another server. ``gnn-faas bench slowclients --json`` (1,000
-idle + 200 slow-body sockets held 60 s, replaced when closed; 10 requests/s of
-normal load; 32 gateway threads; Bitcoin OTC GCN; loopback; a 2-core machine
-shared with other work, so indicative):
-
-=====================  ===============  =========================================
-front                  baseline p50/99  under attack
-=====================  ===============  =========================================
-stock gthread          302 / 769 ms     601 of 601 requests failed (30 s client
-                                        timeout); 1,584 sockets held, 1,000
-                                        closed by the server (968 late), slow
-                                        bodies never
-this worker            281 / 489 ms     p50 264 ms, p99 482 ms, 0 errors; 6,400
-                                        held, 6,400 closed by the server, 0 late
-=====================  ===============  =========================================
-
-Not measured here, for these reasons:
-
-- gevent / eventlet workers monkey-patch ``threading`` in a process whose data
-  plane runs real threads (timers, dispatch pools, a requests session) and, in
-  the compute function, torch: each numpy or torch call would block the whole
-  hub, so requests would stop overlapping;
-- uvicorn or hypercorn with a WSGI adapter: a second server stack (asyncio, a
-  new process model, new hooks for post-fork torch threads and worker-death
-  exits) where the problem is only who reads the socket; uvicorn has no header
-  read deadline, and a2wsgi streams the body into the WSGI thread, which then
-  waits on the slow client again.
+- the main thread's selector frames every request into a per-connection buffer
+  (header block up to :attr:`FrontSettings.max_header_bytes`, then
+  ``Content-Length`` bytes or the chunks of a chunked body); only a complete
+  request goes to the thread pool, so a pool thread never waits on a client;
+- deadlines as totals per phase: ``keepalive_s`` (idle, closed silently),
+  ``header_timeout_s`` from the first byte and ``body_timeout_s`` from the header
+  block (408); a sweep every ``sweep_s`` enforces them;
+- beyond ``max_connections`` a connection is answered a canned 503 with
+  ``Retry-After`` from the loop; framing errors are JSON 400 / 413 (before the body
+  is read) / 431, gunicorn's own parse errors JSON too;
+- a small request (``inline_max_bytes``) to an ``inline_paths`` endpoint runs on
+  the loop while the pool is empty (one thread wake-up instead of three); a route
+  the app's :class:`~gnn_faas.http.FrameDispatcher` takes is answered from the
+  loop's bytes, without gunicorn's parser, WSGI or Flask; a closing answer ends the
+  connection (``SHUT_WR``) as soon as it is sent;
+- writes are bounded by ``SO_SNDTIMEO`` (``send_timeout_s``).
 """
 
 from __future__ import annotations

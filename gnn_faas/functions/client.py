@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 import requests
 import urllib3
-from requests.adapters import HTTPAdapter
 
 from gnn_faas import deadline, errors, request_id
 from gnn_faas.functions.keepalive_http import KeepAlivePool
@@ -77,17 +76,6 @@ def server_timing(header: str) -> dict[str, float]:
         except ValueError:
             continue
     return out
-
-
-def keep_alive_session(pool_size: int = 10) -> requests.Session:
-    """A session whose connection pool keeps ``pool_size`` connections per host
-    open (size it to the threads that call through it: a smaller pool opens
-    and drops a connection for every call beyond it)."""
-    session = requests.Session()
-    adapter = HTTPAdapter(pool_connections=4, pool_maxsize=max(int(pool_size), 1))
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    return session
 
 
 @dataclass(frozen=True)

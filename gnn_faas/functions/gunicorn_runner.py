@@ -1,36 +1,25 @@
 """Run a Flask app factory under gunicorn, programmatically.
 
-The factory is called in each *worker*, never in the master (no
-``preload_app``): a compute worker initialises torch (and CUDA, which does not
-survive a fork) in its own process, and the master stays a small supervisor
-that imports neither the app nor numpy. Workers are
-:class:`~gnn_faas.functions.buffered_worker.BufferedWorker` (gthread's thread
-pool behind an event loop that reads each request whole, with header and body
-deadlines and a connection cap: a slow or idle client never holds a thread; a
-few threads each, so health checks and stats stay responsive while a request
-runs). ``ServerConfig.front`` sets its limits; ``worker_class="gthread"`` gives
-stock gunicorn (the baseline of ``gnn-faas bench slowclients``).
+The factory is called in each *worker*, never in the master (no ``preload_app``):
+a compute worker initialises torch (and CUDA, which does not survive a fork) in its
+own process, and the master stays a small supervisor. Workers are
+:class:`~gnn_faas.functions.buffered_worker.BufferedWorker` (``ServerConfig.front``
+sets its limits; ``worker_class="gthread"`` gives stock gunicorn, the baseline of
+``gnn-faas bench slowclients``). A ``post_fork`` callback runs in the worker before
+the factory (the compute function sets its torch threads there).
 
-A ``post_fork`` callback runs in the worker before the factory: the compute
-function sets its torch thread count there. When the sockets are bound the
-master prints one line, ``gnn-faas <role> function listening on
-http://HOST:PORT (pid N)``, with the real port (``port=0`` picks a free one), which
-is what the local platform waits for. SIGTERM is a graceful shutdown. Every
-line the server writes is a JSON object (:mod:`gnn_faas.logs`): gunicorn's
-error and access logs, the ``gnn_faas`` loggers and that line too.
+When the sockets are bound the master prints one line, ``gnn-faas <role> function
+listening on http://HOST:PORT (pid N)``, with the real port (``port=0`` picks a free
+one): what the local platform waits for. SIGTERM is a graceful shutdown. Every line
+the server writes is a JSON object (:mod:`gnn_faas.logs`).
 
-With ``GNN_FAAS_EXIT_ON_WORKER_DEATH=1`` (set in the container images) a worker
-that dies while the server runs (the OOM killer, a crash, a SIGKILL) ends the
-master too, with status :data:`WORKER_DEATH_EXIT`, instead of a silent
-respawn: the container then exits and its platform sees the failure (Docker's
-``State.OOMKilled``, Kubernetes' ``OOMKilled`` reason) and counts it. An app
-that fails to start (a :class:`~gnn_faas.errors.GnnFaasError`) prints one line,
-the worker exits with :data:`BOOT_ERROR_EXIT`, gunicorn halts and :func:`serve`
-returns 2.
-
-An instance started by a platform with an owner lease (``GNN_FAAS_OWNER_LEASE``
-in its environment) watches it from the master and stops itself (SIGTERM)
-once the lease lapses: its gateway is gone (scheduler/platform/owner_lease.py).
+With ``GNN_FAAS_EXIT_ON_WORKER_DEATH=1`` (set in the images) a worker that dies (the
+OOM killer, a crash) ends the master with :data:`WORKER_DEATH_EXIT` instead of a
+silent respawn, so the container exits and its platform counts the failure. An app
+that fails to start (a :class:`~gnn_faas.errors.GnnFaasError`) prints one line, the
+worker exits with :data:`BOOT_ERROR_EXIT` and :func:`serve` returns 2. An instance
+with an owner lease (``GNN_FAAS_OWNER_LEASE``) stops itself (SIGTERM) once the lease
+lapses: its gateway is gone (gnn_faas/owner_lease.py).
 """
 
 from __future__ import annotations

@@ -32,10 +32,6 @@ from gnn_faas.functions.layer_plan import LayerStep, ModelPlan
 from gnn_faas.functions.model_config import ModelConfig
 
 
-def best_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 class TransferStats:
     """Host<->device traffic of the Update stages: each input batch is moved to
     the device once, each answer back once (on the CPU the "moves" are the

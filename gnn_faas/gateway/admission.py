@@ -1,40 +1,27 @@
 """Admission control: shed what cannot be answered within the SLO.
 
-Under overload a gateway that admits everything makes every request late: the
-queue grows until each answer comes after its SLO. This controller sheds the
-excess instead (503 + ``Retry-After``), so that what it admits still meets the
-SLO. It decides with measured figures only, when a request reaches its handler:
+Under overload a gateway that admits everything makes every request late; this
+controller sheds the excess instead (503 + ``Retry-After``), so that what it
+admits still meets the SLO. It decides with measured figures only, when a request
+reaches its handler:
 
-- ``waited``: seconds since the server accepted the request (its connection,
-  or the keep-alive socket turning readable; see
-  :mod:`gnn_faas.gateway.accept_clock`): time in the server's own queues,
-  already spent out of the SLO;
+- ``waited``: seconds since the server accepted the request
+  (:mod:`gnn_faas.gateway.accept_clock`), already spent out of the SLO;
 - ``N``: requests admitted and not yet answered (in buffers or executing);
-- ``service``: the median of the last ``window`` times admitted requests took
-  from their handler to their answer (buffer wait included). A median, not a
-  mean: a few answers that met a cold start (an instance launching takes a
-  second or more) must not shed the steady stream behind them, while a queue
-  that really grows makes most answers slow and moves the median at once;
-- ``limit``: a concurrency limit learnt from the answers (AIMD, as TCP's
-  congestion window): every answer within ``target = headroom * SLO`` raises
-  it by ``1 / limit`` (one per ``limit`` good answers), an answer later than
-  ``target`` multiplies it by ``backoff`` (at most once per SLO, so one late
-  burst counts once), between ``min_limit`` and ``max_limit``.
+- ``service``: the median of the last ``window`` handler-to-answer times of
+  admitted requests (a median, so a few cold starts do not shed the stream);
+- ``limit``: a concurrency limit learnt by AIMD: an answer within ``target =
+  headroom * SLO`` raises it by ``1 / limit``, a later one multiplies it by
+  ``backoff`` (at most once per SLO), within ``[min_limit, max_limit]``.
 
 The rule::
 
     predicted = waited + service
     admit  iff  (N < limit  and  predicted <= target)  or  (N == 0 and waited < SLO)
 
-A request alone is always admitted unless it already waited longer than the
-SLO (nothing else could be served instead, and its answer keeps the figures
-fresh). Buffering needs no special case: a request held in a buffer is in
-``N`` and its wait is part of ``service``; graph sharing shows up as answers
-coming back fast at a higher ``N``, which raises the limit. A shed request
-gets ``Retry-After = max(1, ceil(service))`` seconds.
-
-Thread-safe; time comes from the injected clock (a ``FakeClock`` makes the
-rule deterministic in tests).
+A shed request gets ``Retry-After = max(1, ceil(service))`` seconds. Thread-safe;
+time comes from the injected clock (a ``FakeClock`` makes it deterministic). Why
+each figure and why buffering needs no special case: docs/design/admission.md.
 """
 
 from __future__ import annotations

@@ -71,8 +71,7 @@ DecideFn = Callable[[Buffer, np.ndarray, float], int]
 
 @dataclass(frozen=True)
 class BufferConfig:
-    """Multi-buffer settings (defaults for an SLO of 0.3 s; see
-    :mod:`gnn_faas.gateway.timeout_configurator` for why).
+    """Multi-buffer settings (defaults for an SLO of 0.3 s; why: docs/design/timeouts.md).
 
     ``tau_s``: decision interval (None: ``0.1·slo_s``). ``exec_estimate_s``: the
     time a closed buffer needs to execute; a buffer closes early enough that

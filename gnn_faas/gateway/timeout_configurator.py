@@ -1,48 +1,24 @@
 """Decision-tree timeout configurator (λGrapher 3.3).
 
-A buffer opens with timeout ``T0 = γ·SLO`` and never waits longer than
-``Tmax = δ·SLO`` from its first request. Every τ while it is open, the
-configurator looks at its state ``(R, S, N, Q, K)`` (see
-:mod:`gnn_faas.gateway.buffer`) and picks a decision from
-``{−1, 0, τ, 2τ, ..., iτ}``, coded as integers:
+A buffer opens with timeout ``T0 = γ·SLO`` and never waits longer than ``Tmax =
+δ·SLO`` from its first request. Every τ while it is open, the configurator looks at
+its state ``(R, S, N, Q, K)`` (:mod:`gnn_faas.gateway.buffer`) and picks a decision
+coded as an integer: ``-1`` close now, ``0`` keep the deadline, ``k`` (1..i)
+extend it by ``k·τ`` (the pool caps it at Tmax and at every request's ``deadline −
+exec_estimate``).
 
-- ``-1``: close now;
-- ``0``: keep the current deadline;
-- ``k`` (1..i): extend the deadline by ``k·τ`` (the pool caps it at Tmax and
-  at every request's ``deadline − exec_estimate``).
+The hindsight-best decision maximises a buffer's gain ``μ = α·S − β·D`` (``S``: the
+sharing degree at close; ``D``: its requests' mean wait over the SLO). A
+scikit-learn ``DecisionTreeRegressor`` is fitted offline on recorded (state, best
+decision) pairs (``gnn-faas timeouts fit``); serving evaluates the tree in numpy
+from its JSON arrays (no sklearn, no pickle) and rounds to the nearest code.
+Defaults for an SLO of 0.3 s: ``γ = 0.1``, ``δ = 0.5``, ``τ = 0.1·SLO``, ``i = 3``,
+``α = 1``, ``β = 0.5``.
 
-The hindsight-best decision maximises a buffer's gain::
-
-    μ = α·S − β·D
-
-``S``: the sharing degree the buffer reaches when it closes (union-based,
-``1 − |U_b| / Σ|U_r|``); ``D``: the mean wait of its requests (close − arrival)
-normalised by the SLO. A scikit-learn ``DecisionTreeRegressor`` is fitted on
-recorded (state, best decision) pairs; serving evaluates the tree in numpy
-from its JSON arrays (no sklearn, no pickle) and rounds the prediction to the
-nearest decision code.
-
-Defaults (for an SLO of 0.3 s): ``γ = 0.1`` (T0 = 30 ms: a lone request waits
-little), ``δ = 0.5`` (Tmax = 150 ms: half the SLO stays for fetching and
-executing the merged batch), ``τ = 0.1·SLO`` (30 ms: up to 5 decision points per
-buffer, each cheap next to a request's execution), ``i = 3`` (one decision
-may extend to Tmax from T0), ``α = 1``, ``β = 0.5`` (waiting the whole Tmax must
-buy at least 0.25 of sharing degree).
-
-The low-load fast path (:class:`FastPath`): a buffer waits only for requests
-that may share its vertices, so when none can come it must not wait at all.
-With ``N`` requests in the buffer and ``Q`` the recent arrival rate (both from
-the state vector), the expected number of arrivals before the buffer must
-close anyway is ``Q·Tmax``; a buffer holding a lone request closes at once when
-
-    N <= 1  and  Q·Tmax < min_expected_arrivals      (default 1)
-
-This is checked when a buffer opens (its first decision point, before T0)
-and at every later decision point, ahead of the tree: at 1 request/s and an
-SLO of 0.3 s (``Q·Tmax ≈ 0.15``) a request is executed as it arrives, as
-``request_centric`` would, while at 40 requests/s (``Q·Tmax ≈ 6``) buffers
-fill and share as before. The tree is fitted on the decision points the fast
-path leaves to it (``gnn-faas timeouts fit`` replays with the rule on).
+The low-load fast path (:class:`FastPath`), checked ahead of the tree at every
+decision point: a buffer holding a lone request closes at once when ``N <= 1 and
+Q·Tmax < min_expected_arrivals`` (default 1): when no request can come to share,
+none waits. Why these defaults and the fast path: docs/design/timeouts.md.
 """
 
 from __future__ import annotations
@@ -404,8 +380,3 @@ def load_configurator(
             params,
         )
     return conf
-
-
-def round_decision(x: float, max_steps: int) -> int:
-    """Nearest decision code to ``x`` (half-up), clipped to ``[-1, max_steps]``."""
-    return int(min(max(math.floor(x + 0.5), -1), max_steps))

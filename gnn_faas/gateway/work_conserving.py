@@ -1,73 +1,27 @@
 """Work-conserving graph sharing: when a buffer may hold its requests.
 
-Sharing should come from the backlog that exists anyway (requests that arrive
-while the running executions are busy), as a dynamic batcher's does, not from
-holding requests up to the SLO. The gate counts ``F``, executions dispatched and
-not finished, against a concurrency target ``C`` (``1 <= C <= C_max``, ``C_max``
-the function pool's most instances, which the caller reports); ``free = ⌊C⌋ − F``.
-Per model, ``objective``:
+Sharing comes from the backlog that exists anyway, as a dynamic batcher's does,
+not from holding requests up to the SLO. The gate counts ``F``, executions
+dispatched and not finished, against a concurrency target ``C`` (``1 <= C <=
+C_max``, the pool's most instances); ``free = ⌊C⌋ − F``. Per model, ``objective``:
+``cost`` (the gate is off: the decision-tree timeouts decide), ``latency`` (``C =
+C_max``, no wait for company) or ``balanced`` (default: least GB-s subject to p99 <=
+SLO, mean latency <= (1 + s)·L₁ and p99 <= (1 + s)·P₁, ``s`` = ``latency_slack``,
+``L₁``/``P₁`` the mean and p99 of one-request executions without the pools' queue
+waits).
 
-- ``cost``: the gate is off; the decision-tree timeouts decide (minimise GB-s
-  subject to p99 <= SLO: requests wait whenever waiting is free under the SLO).
-- ``latency``: never wait beyond the backlog: ``C = C_max`` and no wait for
-  company, so a request waits in a buffer only while ``C_max`` executions run.
-- ``balanced`` (default): minimise GB-s subject to p99 <= SLO and
+A buffer in a gated pool closes at once when ``free > 0`` (unless ``λ·W >= 1``
+arrivals are expected within ``W = s·L₁/2``: then at ``opened + W``); while ``free
+<= 0`` it holds every arriving request and closes the moment an execution
+finishes, so the backlog runs as one batch. After every execution ``C`` moves by
+``GAIN`` times the excess of the measured mean (EWMA) and p99 (last ``WINDOW``
+requests) over their bounds, clipped to ``[1, C_max]``.
 
-      mean latency <= (1 + s)·L₁                       (s = ``latency_slack``)
-      p99 latency  <= (1 + s)·P₁
-
-  ``L₁`` is the mean latency the no-sharing policy would have at this load,
-  estimated as the execution time of one request: a line ``d = α + β·k``
-  fitted to the measured executions (``d`` seconds from dispatch to answer
-  less the waits of its calls in the function pools' queues, ``k`` requests
-  merged; exponentially weighted least squares), ``L₁ = α + β``.
-  Without sharing, a request that finds an idle instance takes one execution
-  (``L₁`` leaves out the queueing no sharing would meet at this load, so the
-  bound errs on the fast side).
-  ``P₁`` is that policy's p99 by the same reasoning: the 99th percentile of
-  ``d`` over the last ``WINDOW`` executions of one request (at the same
-  load); the p99 term keeps holding requests for company from stretching the
-  tail even where the mean has room. ``d`` leaves the pools' queue waits out
-  because they are this policy's waits, as the buffer's are: the pools keep
-  fewer instances than no sharing would (their launch budget,
-  :mod:`gnn_faas.scheduler.function_pool`), and a bound that grew with their
-  queues would let the buffers spend the same slack a second time.
-
-A buffer in a gated pool closes (its batch is dispatched):
-
-1. at once when ``free > 0``, unless company is worth waiting for: with ``λ``
-   the arrival rate and ``W = s·L₁/2`` (half the slack), it waits until
-   ``opened + W`` only when ``λ·W >= 1`` (at least one arrival expected then);
-2. while ``free <= 0`` it holds, accumulating every request that arrives (the
-   router joins them to it, by sharing degree), and closes the moment an
-   execution finishes: the backlog runs as one batch on the instance that
-   freed, instead of one instance launching per request.
-
-``C`` is what trades cost for latency: fewer executions at once mean fewer
-instances alive (the pool's extra ones idle out at their keep-alive) and more
-sharing, but a longer backlog wait. After every execution
-
-      e = max(m − (1 + s)·L₁,  q − (1 + s)·P₁) / L₁
-      C ← clip(C + G·e, 1, C_max)                                (G = ``GAIN``)
-
-with ``m`` the EWMA of the requests' measured latency (buffer wait plus
-execution) and ``q`` the 99th percentile of that latency over the last
-``WINDOW`` requests (each execution's mean for each of its requests; ``P₁``
-and ``q`` are recomputed every ``QUANTILE_EVERY`` executions, and the p99
-term counts once one-request executions fill ``P₁``'s window): above either
-bound ``C`` rises and the load-aware pools launch instances for the extra
-executions once their queues wait long enough (their launch budget,
-:mod:`gnn_faas.scheduler.function_pool`); below both ``C`` falls and requests
-share.
-
-The decision-tree configurator keeps its role under ``cost``; under
-``balanced`` and ``latency`` the gate times the buffers and the tree is not
-consulted (the SLO cap and ``Tmax`` still hold).
-
-The SLO cap and ``Tmax`` of :mod:`gnn_faas.gateway.buffer` still bound every
-buffer, and ``max_requests_per_buffer`` closes a full one, so the gate never
-holds a request past its SLO. The live gateway and ``gnn-faas simulate`` run
-this class through :class:`~gnn_faas.gateway.buffer_pool.BufferPoolState`.
+The SLO cap and ``Tmax`` of :mod:`gnn_faas.gateway.buffer` and
+``max_requests_per_buffer`` still bound every buffer. The live gateway and
+``gnn-faas simulate`` run this class through
+:class:`~gnn_faas.gateway.buffer_pool.BufferPoolState`. The derivation of the
+bounds and of ``C``'s rule: docs/design/work-conserving-gate.md.
 """
 
 from __future__ import annotations

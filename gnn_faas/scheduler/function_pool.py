@@ -1,86 +1,28 @@
 """Load-aware queueing and instance launch (FaaS-GNN section 4.4).
 
-A function has instances; each runs one work item at a time (like Knative's
-``containerConcurrency=1``) and has its own FIFO queue. :class:`LoadAwarePolicy`
-decides, for every event, what happens; it is pure and deterministic (explicit
-events in, actions out), so tests drive it with a fake clock and no threads.
+A function has instances; each runs one work item at a time and has its own FIFO
+queue. :class:`LoadAwarePolicy` decides, for every event, what happens; it is pure
+and deterministic (explicit events in, actions out), so tests drive it with a fake
+clock and no threads. The rule it implements, with its derivation, is written once
+in docs/design/launch-and-reap.md:
 
-On a new item (``n_req``: items running, queued or waiting, this one included;
-``n_instances``: warm and launching instances):
+- a new item runs on an idle warm instance, else queues on the warm instance with
+  the shortest queue; a new instance is launched only when ``n_req > n_instances``
+  (and, with a launch budget, the pool's mean queue wait exceeds its share of the
+  model's :class:`LaunchBudget`, shared between pools by instance memory);
+- an instance that becomes idle takes its own queue's head, else the pending
+  queue's, else the tail of the longest queue (work stealing);
+- with a budget, the newest instance is reaped as soon as the pool's items,
+  replayed on one instance fewer, would have waited under ``REAP_MARGIN`` of its
+  share (:meth:`LoadAwarePolicy.surplus`); the last one at its keep-alive.
 
-1. an idle warm instance exists: run it there (the one launched first);
-2. else, if ``n_req > n_instances`` and ``n_instances < max_instances``: launch a
-   new instance **and** queue the item on the warm instance with the shortest
-   queue, so it does not wait for the cold start; with no warm instance it
-   waits (in the pool's *pending* queue) for a launching one;
-3. else queue it on the warm instance with the shortest queue (pending if
-   none is warm yet).
-
-With a launch budget ``r`` (``launch_wait_ratio``; graph sharing passes its
-``latency_slack``), a model's pools share one queue-wait budget
-(:class:`LaunchBudget`). An execution's calls pass through each pool in turn,
-so together they may wait ``B = r·Σ_j S̄_j`` (``S̄_j``: pool ``j``'s mean
-service time, exponentially weighted, ``WAIT_EWMA`` per item), and pool
-``k``'s share is
-
-    B_k = B · m_k / Σ_j m_j                  (m: the pool's instance memory, MB)
-
-A launch in pool ``k`` removes most of its wait ``W̄_k`` and costs ``m_k`` for
-as long as the instance lives; minimising ``Σ_k m_k·n_k`` subject to
-``Σ_k W̄_k <= B`` leaves every pool at the same wait per MB, ``W̄_k / m_k =
-B / Σ_j m_j``, so a pool whose instances cost twice as much queues twice as
-long before it launches (Bitcoin OTC: the 512 MB compute functions at 1.7 ms,
-the 256 MB memory functions at 0.85 ms). A pool alone has ``B_k = r·S̄``.
-Rule 2 then launches only when queueing is sustained, ``W̄`` being the mean
-queue wait of the pool's items:
-
-    launch  iff  n_req > n_instances  and  n_instances < max_instances
-                 and  (no instance is warm  or  (none is launching
-                       and  n_W >= MIN_EVIDENCE  and  W̄ >= B_k))
-
-``W̄`` describes the pool as it is: it is measured afresh (``n_W`` waits, the
-mean bias-corrected so it is the plain mean of the first ones) whenever the
-pool changes size, and no second launch happens while one is under way (the
-waits of a cold start say nothing about the pool after it).
-
-A pool with a budget keeps an instance only while its load needs it, rather
-than for a fixed keep-alive after its last item (an instance that takes the
-overflow of a busier one is seldom idle that long, so it would never go). Its
-reap rule mirrors the launch rule: ``Ŵ`` is the mean wait the pool's items
-would have had on one instance fewer, replayed on their real arrivals and
-service times (first come, first served over ``n − 1`` instances; measured
-afresh when the pool changes size, as ``W̄`` is), and
-
-    reap the newest instance  iff  it is idle with an empty queue, nothing is
-                                   pending or launching, n_Ŵ >= MIN_EVIDENCE
-                                   and  Ŵ < h·B_k              (h = REAP_MARGIN)
-
-(:meth:`LoadAwarePolicy.surplus`; the newest is the one rules 1 and 3 and
-the work stealing reach last). A launch needs the pool's waits on ``n``
-instances to exceed ``B_k``, a reap needs them on ``n − 1`` to fall below
-``h·B_k``, so an instance launched for a burst goes once the burst has
-passed. Both compare the waits of the same ``n − 1`` instances, so without
-the band ``h < 1`` a pool whose load sits at its share would flap, each
-flap a cold start and ``MIN_EVIDENCE`` items over budget before the next
-launch (``h = 0.75`` against ``h = 1``, simulated hours of the Twitter and
-Azure 2019 traces on Bitcoin OTC: a third to three fifths fewer compute
-launches and a 0.4-1.2% lower p99 for 2-5% more GB-s). The last instance
-goes only at its keep-alive (scale to zero). ``r = None`` is FaaS-GNN's rule and keep-alive
-unchanged (the ``no_sharing`` baseline keeps them; ``surplus`` is None).
-
-When an instance becomes idle (it finished an item or just became ready) it
-takes work: the head of its own queue, else the head of the pending queue,
-else the **tail** of the longest queue of another instance (work stealing:
-the item that would wait longest there).
-
-:class:`RequestCentricPolicy` is the baseline the benchmark compares with
-(AWSGNN: a new instance whenever none is idle, the request waits for its cold
-start, no stealing). :class:`FunctionPool` runs a policy for real: launches in background
-threads (a launch blocks until the instance is ready), one item in flight per
-instance, futures for results, and retries on another instance when an
-instance fails (``Unavailable`` or a connection error): the failed instance is
-removed (``on_failed(instance)``) and its items go back to the policy, so a
-killed instance never loses a request (at most ``max_attempts`` attempts).
+:class:`RequestCentricPolicy` is the AWSGNN baseline (a new instance whenever none
+is idle, no stealing). :class:`FunctionPool` runs a policy for real: launches in
+background threads (a launch blocks until the instance is ready), one item in
+flight per instance, futures for results, and retries on another instance when
+one fails (``Unavailable`` or a connection error): the failed instance is removed
+(``on_failed(instance)``) and its items go back to the policy, so a killed
+instance never loses a request (at most ``max_attempts`` attempts).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Vertices and edges a request adds to a stored graph, never written to it.
 
-Id convention (OIP requests, README "New-vertex requests"): a graph of ``N``
+Id convention (OIP requests, docs/serving.md, "New-vertex requests"): a graph of ``N``
 stored vertices numbers a request's ``n`` new vertices ``N .. N + n - 1``, in
 the order of the rows of the request's ``features``. An edge ``(u, v)`` means
 ``v`` aggregates from ``u`` (``u -> v``, the store's in-edge CSR direction);

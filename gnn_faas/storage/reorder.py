@@ -1,61 +1,24 @@
 """Locality-aware vertex renumbering at ingest, and the user-id map it needs.
 
-A k-hop fetch reads, per hop, the indptr entries and feature rows of a set of
-vertices: every maximal run of consecutive ids is one contiguous range (one
-request on S3, one seek on a file). Renumbering the vertices so that the
-neighbours of a vertex get nearby ids turns many small ranges into a few long
-ones. Orders (``ingest --reorder``):
+A k-hop fetch reads one contiguous range (one S3 request, one seek) per maximal
+run of consecutive ids; renumbering so that neighbours get nearby ids turns many
+small ranges into a few long ones. Orders (``ingest --reorder``):
 
-- ``rcm``: reverse Cuthill-McKee of the symmetrised pattern
-  (``scipy.sparse.csgraph.reverse_cuthill_mckee``): a bandwidth-reducing BFS
-  that visits neighbours in increasing degree, reversed.
-- ``bfs``: breadth-first order from the highest-degree vertex of each
-  connected component (largest components first).
-- ``degree``: decreasing total degree (hubs, which are in most neighbourhoods,
-  share a few ranges at the front).
-- ``community``: communities found by Louvain's modularity optimisation on
-  the symmetrised pattern (:func:`communities`), one after the other (largest
-  first); in each, its top ``HUB_SHARE`` by degree first, by decreasing
-  degree, then the rest in bfs order (:func:`community_order`): a
-  neighbourhood mostly lies in its vertex's community, there the hubs, which
-  most neighbourhoods include, share a few ranges, and the rest keeps the
-  locality bfs finds.
+- ``rcm``: reverse Cuthill-McKee of the symmetrised pattern;
+- ``bfs``: breadth-first from the highest-degree vertex of each connected
+  component (largest first): the recommended order for graphs without communities;
+- ``degree``: decreasing total degree;
+- ``community``: Louvain communities of the symmetrised pattern (:func:`communities`)
+  one after the other, in each its top ``HUB_SHARE`` by degree first, then the rest
+  in bfs order (:func:`community_order`);
 - ``none``: the ids as ingested.
 
-:func:`ranges_per_neighbourhood` measures an order: the number of contiguous
-id runs of the k-hop vertex sets of sampled vertices. Mean ranges per 2-hop
-neighbourhood of 200 random vertices (none / rcm / bfs / degree):
-
-- Bitcoin OTC (5,881 vertices):          229 / 157 / 146 / 196
-- Cora (2,708):                           36 /  16 /  13 /  37
-- higgs-twitter-like, scale 0.02 (9,133): 1382 / 1121 / 1135 / 1295
-- stackoverflow-like, scale 0.005:        1105 /  901 /  919 / 1047
-
-``bfs`` gives the fewest ranges on the two real graphs (-36%, -64%) and is
-within 2% of ``rcm`` on the synthetic ones (whose Chung-Lu edges have little
-locality to find): ``bfs`` is the recommended order for graphs without
-communities. Storage GETs of a 2-hop fetch (request order, planned with
-moto's constants under the fetch-wide byte budget; README "Storage requests
-are a cost"): Bitcoin OTC 45.9 with ``bfs``, 53.9 with ``community``;
-full-size higgs-twitter-like (8 planted communities) 8,289 with ``bfs``,
-5,578 with ``community``.
-
-``HUB_SHARE`` (0.2) was picked on those two graphs: the share of each
-community laid out by degree before the bfs rest, against GETs per query
-(Bitcoin OTC, 50 queries / higgs-twitter-like, 20; one set of communities
-each, found by the same algorithm with other random draws, hence 52.7 for
-Bitcoin OTC at 0.2): 0 (bfs inside) 48.0 /
-6,518; 0.05: 48.0 / 5,963; 0.1: 49.1 / 5,769; 0.2: 52.7 / 5,578; 0.3: - /
-5,501; 0.4: - / 5,473; 0.5: 72.1 / -; 1 (degree alone) 98.8 / 5,724. A
-Chung-Lu graph's neighbourhoods reach a vertex about in proportion to its
-degree, so by degree its rows needed by a query crowd at the front of the
-community; a real graph's neighbourhoods are local, which bfs keeps.
-
-Ids in requests and answers stay the user's: the store keeps ``user_ids.bin``
-(int64 ``[n]``: the user id of each stored vertex, i.e. the id the vertex
-would have had without renumbering); :class:`IdMap` maps request ids to
-stored ids at the gateway's parse step. Every per-vertex blob (features,
-labels, degree, node_ids) is in stored order.
+:func:`ranges_per_neighbourhood` measures an order (contiguous id runs of sampled
+vertices' k-hop sets). Ids in requests and answers stay the user's: the store keeps
+``user_ids.bin`` (int64 ``[n]``: each stored vertex's user id) and :class:`IdMap`
+maps request ids to stored ids at the gateway's parse step; every per-vertex blob
+is in stored order. What each order measured, and how ``HUB_SHARE`` was picked:
+docs/design/reordering.md.
 """
 
 from __future__ import annotations

@@ -1,44 +1,27 @@
 """The computation graph of precomputed-embedding serving (OMEGA's SRPE, §5.2).
 
 For queries ``Q`` (a request's targets, stored or new) and a model of ``L``
-layers, exact serving recomputes the whole ``L``-hop neighbourhood. SRPE reads
-the stored embeddings ``p_u^(l)`` of the queries' direct in-neighbours instead
-and recomputes only a budget ``γ`` of them, the *candidates*
-``C = N(Q) \\ Q``, chosen by a :mod:`~gnn_faas.storage.recompute_policy`:
+layers, SRPE reads the stored embeddings ``p_u^(l)`` of the queries' direct
+in-neighbours instead of recomputing their neighbourhoods, and recomputes only a
+budget ``γ`` of them, the candidates ``C = N(Q) \\ Q``, chosen by a
+:mod:`~gnn_faas.storage.recompute_policy`:
 
-- vertices ``nodes = [Q, R, B]``: the queries (the requested targets, then
-  any other new vertex of the request: none has a stored embedding), the
-  recomputed candidates ``R``,
-  and the boundary ``B = (N(Q) ∪ N(R)) \\ (Q ∪ R)``;
-- layer ``l < L`` computes ``h^(l)`` of ``Q ∪ R`` (the first ``|Q| + |R|``
-  rows) from the sources ``Q ∪ R ∪ B``: rows of ``Q ∪ R`` are the previous
-  layer's output, rows of ``B`` are ``p^(l-1)`` read from the store (the input
+- vertices ``nodes = [Q, R, B]``: the queries (the requested targets, then any
+  other new vertex of the request), the recomputed candidates ``R``, and the
+  boundary ``B = (N(Q) ∪ N(R)) \\ (Q ∪ R)``;
+- layer ``l < L`` computes ``h^(l)`` of ``Q ∪ R`` (the first ``|Q| + |R|`` rows)
+  from ``Q ∪ R ∪ B``: rows of ``B`` are ``p^(l-1)`` read from the store (the input
   features at ``l = 1``); layer ``L`` computes ``Q`` only;
-- neighbourhoods are full and include the request's added edges, so a
-  recomputed candidate sees the edges from the new query vertices.
+- neighbourhoods are full and include the request's added edges.
 
-Recomputing a candidate from its stored aggregate state (``from_state``, a
-2-layer model): layer 1 of ``u ∈ R`` needs its in-neighbours' input rows, ~the
-vertex's degree of them (492 on Reddit), while the request changes only a few
-terms of that aggregate: the added in-edges (from the new query vertices) and,
-for GCN's symmetric normalisation, the stored in-neighbours whose degree the
-request changed. With the stored state ``s_u`` (layer 1's aggregate over the
-stored in-neighbours without the self term, written by ``gnn-faas precompute``)
-the recomputation reads one state row per candidate plus those few rows, and
-is exact (``gnn_faas/functions/srpe_recompute.py`` has the formulas): the
-recomputed rows' lists in the graph are then empty and :class:`StateDelta`
-holds the changed terms.
-
-With ``R = C`` (``γ = 1``) and ``L <= 3`` this equals exact serving (a
-boundary vertex lies two hops from ``Q``, and its stored ``p^(l-1)`` with
-``l - 1 <= 1`` does not depend on ``Q``); with ``R = ∅`` every candidate's
-stored embedding is reused.
-
-:class:`SrpeGraph` has the interface of a
-:class:`~gnn_faas.storage.computation_graph.ComputationGraph` that the layer
-drivers use (``nodes``, ``block(l)``, ``in_degree``, ``target_index``), plus
-``boundary``: :func:`extend_sources` appends the boundary's stored rows to a
-layer's computed rows.
+``from_state`` (a 2-layer model): a recomputed candidate's layer 1 comes from its
+stored aggregate state plus the request's changed terms (:class:`StateDelta`;
+its list in the graph is then empty), exactly. With ``R = C`` and ``L <= 3`` the
+answer equals exact serving; with ``R = ∅`` every candidate's stored embedding is
+reused. :class:`SrpeGraph` has the interface of a
+:class:`~gnn_faas.storage.computation_graph.ComputationGraph` the layer drivers
+use, plus ``boundary`` (:func:`extend_sources` appends its stored rows). Why
+these hold: docs/design/srpe-graph.md.
 """
 
 from __future__ import annotations

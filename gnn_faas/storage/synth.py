@@ -1,63 +1,26 @@
 """Synthetic graphs shaped like the seeds' benchmark datasets (``datasets synth``).
 
-The seeds evaluate on higgs-twitter and stackoverflow (FaaS-GNN, random
-features) and on Reddit and ogbn-products (OMEGA). Those files cannot be
-downloaded here; a synthetic graph with the same vertex count, edge count,
-average degree, heavy-tailed degrees and feature dimension exercises the same
-mechanisms (bytes per neighbourhood, hubs, rows per k-hop query).
+A degree-corrected planted-partition Chung-Lu graph with the vertex count, edge
+count, average and maximum degree and feature dimension of the dataset it is
+"like" (higgs-twitter, stackoverflow, reddit, products), at ``scale`` F (the
+average degree kept):
 
-Generator: a degree-corrected planted-partition **Chung-Lu** graph.
+- expected degrees ``w_r = d_max (r + 1)^(-alpha)`` over seeded random degree
+  ranks (``alpha`` fitted so the mean is ``m / n``; ``d_max <= (n - 1) / 4``);
+  in-degrees one multinomial draw of ``m`` (the edge count is exact); each
+  in-edge's source from the target's community with probability ``homophily``
+  (0.8), else from all vertices, by weight; no duplicates, no self loops;
+- labels are the planted communities; features ``N(0, I)`` plus a weak class
+  signal, so a GNN learns from the neighbours what one vertex barely shows;
+  ``split.bin`` a seeded 60/20/20 train/val/test split;
+- ``request_order.bin``: ``clip(2 n, 10^4, 10^6)`` targets, Zipf over degree rank
+  (``s = 1``), 30% repeating one of the previous 64 requests.
 
-- Expected degrees ``w_r = d_max (r + 1)^(-alpha)`` over the degree ranks
-  ``r = 0..n-1``: a power law (tail exponent ``gamma = 1 + 1/alpha``) whose
-  largest expected degree is the dataset's maximum degree ``d_max`` and whose
-  ``alpha`` is fitted by bisection so the mean is the dataset's average degree
-  ``m / n``. Chung-Lu is the simplest model that reproduces a given expected
-  degree sequence with independent edges, which is what lets it be generated
-  in independent chunks (an R-MAT or preferential-attachment graph needs a
-  global state or many passes). Ranks are assigned to vertex ids by a seeded
-  random permutation, so ids carry no locality (as in real files), and
-  ``ingest --reorder`` has something to find.
-- In-degrees are one multinomial draw of ``m`` over ``w / sum(w)``: the edge
-  count is exact and the CSR's ``indptr`` is known before any edge exists.
-- Each vertex belongs to one of ``K`` planted communities (uniform). Each
-  in-edge of ``v`` takes its source, with probability ``homophily`` (0.8),
-  from ``v``'s community by weight ``w``, else from all vertices by weight
-  ``w`` (the expected out-degree stays ``~w``). Duplicate sources and self
-  loops are redrawn from all vertices (by weight for the first rounds, then
-  uniformly, so hubs still fill up), so every row has exactly its in-degree of
-  distinct sources. ``d_max`` is capped at ``(n - 1) / 4`` so rows can fill.
-  Where a community is smaller than its vertices' degrees (Reddit's degree
-  492 at small scales) the redraws lower the realised homophily (manifest
-  ``extra.homophily`` is the parameter, not the outcome).
-- Scaling by ``F`` keeps the average degree: ``n' = round(F n)``,
-  ``m' = round(F m)``, and the largest degree follows the power law's
-  ``d_max' = d_max F^alpha`` (capped as above), then ``alpha`` is refitted.
-
-Edges are generated a block of rows at a time (about ``EDGE_BLOCK`` edges) and
-written straight into the store's in-edge CSR (``indices.bin`` in row order);
-features are generated ``FEATURE_BLOCK_BYTES`` at a time. Peak memory is a few
-arrays of ``n`` entries plus one block, not the graph: stackoverflow-like
-(5.3 GB of features) stays far below 4 GB. Blobs are staged and the manifest
-is published last (:class:`~gnn_faas.storage.staged_writer.StagedGraphWriter`):
-an interrupted run leaves nothing. The output depends only on the
-like-dataset, scale and seed (block sizes are constants).
-
-Task: **labels are the planted communities**; features are standard normal
-plus a weak class signal, ``x_v = N(0, I) + (sigma / sqrt(dim)) c_{k(v)}`` with
-class centroids ``c_k ~ N(0, I)`` and ``sigma = 1``: one vertex's features
-separate the classes with a signal-to-noise ratio of ``sigma``, so a
-feature-only model is weak, while averaging a vertex's neighbours (80% from
-its community) raises it to ``~0.8 sigma sqrt(deg)``: a GNN learns this task
-from the graph. ``split.bin`` (uint8) holds a seeded 60/20/20
-train/val/test split (0/1/2).
-
-Requests (``request_order.bin``): ``clip(2 n, 10^4, 10^6)`` targets. A fresh
-request picks the vertex of degree rank ``r`` with Zipf probability
-``~ (r + 1)^(-s)``, ``s = 1.0`` (popular vertices are the high-degree ones);
-with probability ``0.3`` a request instead repeats one of the previous ``64``
-requests (uniform), which gives the temporal locality of real traces (a
-vertex asked about is asked about again soon).
+Edges and features are written a block at a time straight into the store (peak
+memory a few arrays of ``n`` entries, not the graph); blobs are staged and the
+manifest published last, so an interrupted run leaves nothing. The output
+depends only on the like-dataset, scale and seed. The generator's reasons and
+parameters: docs/design/synthetic-graphs.md.
 """
 
 from __future__ import annotations

@@ -1,40 +1,25 @@
 """``gnn-faas simulate calibrate-graph``: a calibration whose graph figures are
 measured on the graph itself.
 
-``simulate calibrate`` measures everything on the live bundle, which a graph
-of tens of millions of edges does not fit on a 2-core machine (every request's
-2-hop neighbourhood holds 10^4-10^6 rows). This keeps the figures of the
-platform from a live-measured base profile (``--calibration``, default the
-bundled Bitcoin OTC one: cold starts of the function processes, their idle
-memory, sizes, keep-alive, the memory share of an execution) and measures
-what depends on the graph, on the graph, from its store:
+It keeps the platform's figures from a live-measured base profile
+(``--calibration``, default the bundled Bitcoin OTC one: cold starts, idle memory,
+sizes, keep-alive, the memory share of an execution) and measures what depends on
+the graph, from its store:
 
-- ``full_fetch_s``, ``graph_mb``: the median time to read every blob of the
-  graph from the store, and its size (what a DGL-serverless or serverful
-  instance loads at start-up);
-- ``row_bytes``: from the manifest, as ``simulate calibrate`` computes it;
+- ``full_fetch_s``, ``graph_mb``: the median time to read every blob of the graph,
+  and its size (what a DGL-serverless or serverful instance loads at start-up);
+- ``row_bytes``: from the manifest;
 - the execution fit ``T(rows) = a + b·rows``: executions run in this process
-  through the serving code, the k-hop fetch and feature read from the store
-  (:class:`~gnn_faas.storage.fetcher.KHopFetcher`) and per layer the memory
-  function's aggregation (:func:`gnn_faas.functions.aggregate.aggregate`,
-  ``mean``) and a dense update to ``--hidden`` columns (ReLU), on single
-  targets and merged groups of 2 and 4 targets taken in the graph's request
-  order; ``rows`` is the union of their k-hop sets, as in the live profile.
-  With ``--fanouts 10,10`` the k-hop fetch samples at most that many
-  in-neighbours per vertex and hop, as the serving config's ``fanouts`` does
-  live (the fetcher's per-vertex deterministic sample, so ``rows`` is what the
-  live fetcher reads); the fanouts are stored in the calibration, and
-  ``simulate`` builds its requests' k-hop sets with them.
-  Each is timed in CPU seconds of this process (``time.process_time``): a
-  function instance runs on its own vCPU, while this machine may be shared,
-  and wall time would count the other tenants' work (the graph is read from
-  the page cache or memory, so little of an execution is waiting on I/O).
-  The HTTP hops of the live bundle are not in it (the base profile's
-  intercept holds them: it is added to the fitted one).
+  through the serving code (k-hop fetch and feature read with the real
+  :class:`~gnn_faas.storage.fetcher.KHopFetcher`, per layer the memory function's
+  ``mean`` aggregation and a dense update to ``--hidden`` columns) on single targets
+  and merged groups of 2 and 4 from the request order, timed in CPU seconds of
+  this process; ``rows`` is the union of their k-hop sets, sampled with
+  ``--fanouts`` when given (stored in the calibration for ``simulate``). The base
+  profile's intercept (the live HTTP hops) is added to the fitted one.
 
-``max_instances`` is a deployment choice, not a measurement: ``--max-instances``
-sets it (the bundle's default cap of 4 is far below what such executions need
-at the trace's rate).
+``--max-instances`` sets ``max_instances``, a deployment choice. Why CPU time and
+a live base: docs/design/graph-calibration.md.
 """
 
 from __future__ import annotations

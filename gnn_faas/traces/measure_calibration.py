@@ -29,8 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
-import requests
 
+from gnn_faas.client import GatewayClient, vertex_request
 from gnn_faas.config import ModelServingConfig, ServingConfig
 from gnn_faas.errors import InvalidRequest
 from gnn_faas.stack import Stack, prepare
@@ -38,17 +38,15 @@ from gnn_faas.stack_memory import tree_memory
 from gnn_faas.storage.format import open_graph
 from gnn_faas.traces import azure2019
 from gnn_faas.traces.calibration import Calibration, fit_linear
-from gnn_faas.traces.replay import replay, vertex_request
+from gnn_faas.traces.replay import replay
 from gnn_faas.traces.request_stream import khop_sets, map_targets, request_order
 
 BURSTS = (2, 4, 8, 16, 32)
 
 
-def _post(session, url: str, model: str, target: int) -> dict:
-    r = session.post(f"{url}/v2/models/{model}/infer", json=vertex_request([target]), timeout=60)
-    if r.status_code != 200:
-        raise InvalidRequest(f"calibration request failed: {r.status_code} {r.text[:200]}")
-    return r.json().get("parameters", {})
+def _post(gateway: GatewayClient, model: str, target: int) -> dict:
+    """The gateway's parameters of one vertex request's answer."""
+    return gateway.infer(model, vertex_request([target])).parameters
 
 
 def _executions(params: list[dict], targets: list[int], sets: Any) -> list[tuple[int, float]]:
@@ -170,7 +168,7 @@ def startup_figures(stack: Stack) -> tuple[dict[str, list[float]], list[float]]:
 
 
 def single_and_burst_executions(
-    stack: Stack, session: Any, graph: str, targets: list[int], sets: Any, singles: int,
+    stack: Stack, gateway: GatewayClient, graph: str, targets: list[int], sets: Any, singles: int,
     repeats: int,
 ) -> tuple[list, list[dict], int]:  # fmt: skip
     """``(samples, answers' parameters, targets used)``: ``singles`` requests one at
@@ -178,10 +176,10 @@ def single_and_burst_executions(
     samples: list[tuple[int, float]] = []
     stages: list[dict] = []
     for _ in range(3):  # warm connections and caches, not recorded
-        _post(session, stack.url, graph, targets[0])
+        _post(gateway, graph, targets[0])
     k = 0
     for _ in range(singles):
-        stages.append(_post(session, stack.url, graph, targets[k]))
+        stages.append(_post(gateway, graph, targets[k]))
         samples += _executions(stages[-1:], [targets[k]], sets)
         k += 1
     with ThreadPoolExecutor(max_workers=max(BURSTS)) as pool:
@@ -189,7 +187,7 @@ def single_and_burst_executions(
             for b in BURSTS:
                 ts = targets[k : k + b]
                 k += b
-                params = list(pool.map(lambda t: _post(session, stack.url, graph, t), ts))
+                params = list(pool.map(lambda t: _post(gateway, graph, t), ts))
                 samples += _executions(params, ts, sets)
                 stages += params
                 time.sleep(0.3)
@@ -236,11 +234,11 @@ def calibrate(
     sets = khop_sets(g, np.unique(order[:need]), layers)
     config = deployment(base, graph, slo_s, memory_mb, compute_mb, max_instances,
                         min_instances, keep_alive_s)  # fmt: skip
-    with Stack(config) as stack, requests.Session() as session:
+    with Stack(config) as stack, GatewayClient(stack.url, timeout_s=60) as gateway:
         cold, rss = startup_figures(stack)
         log(f"cold starts: {cold}; memory function RSS {rss} MiB")
         samples, stages, k = single_and_burst_executions(
-            stack, session, graph, targets_all, sets, singles, repeats
+            stack, gateway, graph, targets_all, sets, singles, repeats
         )
         if trace_s > 0:
             more, params = trace_executions(stack, g, graph, order, k, layers, trace_s)

@@ -20,8 +20,9 @@ import time
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-import requests
 
+from gnn_faas.client import GatewayClient, vertex_request
+from gnn_faas.errors import GnnFaasError
 from gnn_faas.traces.open_loop import Sent, send_open_loop
 
 
@@ -93,32 +94,6 @@ class ReplayResult:
             "max_ms": float(lat.max() * 1e3),
             "slo_violations": int((lat > slo_s).sum()) + self.errors,
         }
-
-
-def vertex_request(targets, request_id: str | None = None) -> dict:
-    targets = [int(t) for t in np.atleast_1d(targets)]
-    body = {
-        "inputs": [
-            {"name": "targets", "datatype": "INT64", "shape": [len(targets)], "data": targets}
-        ]
-    }
-    if request_id is not None:
-        body["id"] = request_id
-    return body
-
-
-def new_vertex_request(targets, feats: np.ndarray, edges: np.ndarray) -> dict:
-    """A vertex request that also adds vertices (their ``features``, one row
-    each) and ``edges`` ([k, 2] pairs over stored and added ids) for this
-    request only (``gateway/new_vertices.py``)."""
-    body = vertex_request(targets)
-    body["inputs"] += [
-        {"name": "features", "datatype": "FP32", "shape": list(feats.shape),
-         "data": feats.reshape(-1).tolist()},
-        {"name": "edges", "datatype": "INT64", "shape": list(edges.shape),
-         "data": edges.tolist()},
-    ]  # fmt: skip
-    return body
 
 
 def replay(
@@ -230,15 +205,13 @@ class StatusSampler:
         self._thread.join()
 
     def _run(self) -> None:
-        session = requests.Session()
+        gateway = GatewayClient(self.url, timeout_s=5)
         while not self._stop.is_set():
             t = time.monotonic() - self.origin
             try:
-                r = session.get(f"{self.url}/v1/status", timeout=5)
-                # an error answer is no sample (its body lists no instances)
-                st = r.json() if r.status_code == 200 else None
-            except (requests.RequestException, ValueError):
-                st = None
+                st = gateway.status()
+            except (GnnFaasError, ValueError):
+                st = None  # an error answer is no sample (its body lists no instances)
             if st is None:
                 self.failed += 1
             if st is not None:
@@ -259,4 +232,4 @@ class StatusSampler:
                      "starting": starting}
                 )  # fmt: skip
             self._stop.wait(self.interval_s)
-        session.close()
+        gateway.close()

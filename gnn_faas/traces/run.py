@@ -275,7 +275,3 @@ def write_simulation(out: Path, result: dict, runs: dict) -> None:
     plots.cost_per_policy(
         out / "cost.png", {n: p["dollars"] for n, p in result["policies"].items()}
     )
-
-
-def mean_or_zero(x: np.ndarray) -> float:
-    return float(x.mean()) if x.size else 0.0

@@ -1,39 +1,30 @@
 """Discrete-event simulation of a request trace under each serving policy.
 
 Every policy runs on the same :class:`~gnn_faas.traces.request_stream.RequestStream`
-(arrivals mapped onto the graph's real request order, k-hop sets computed
-once per vertex) and the same measured :class:`~gnn_faas.traces.calibration.Calibration`
-(service time ``T(rows)`` times a seeded draw of the measured samples' ratio to
-the fit, cold starts, memory sizes). Policies:
+(arrivals mapped onto the graph's real request order, k-hop sets computed once per
+vertex) and the same measured :class:`~gnn_faas.traces.calibration.Calibration`
+(service time ``T(rows)`` times a seeded draw of the measured samples' ratio to the
+fit, cold starts, memory sizes). Policies:
 
-- ``gnn_faas``: the gateway's own policy code on a simulated clock: requests
-  go through :class:`~gnn_faas.gateway.buffer_pool.BufferPoolState` (the
-  sharing-degree router, the multi-buffers, the decision-tree timeout
-  configurator and the global optimiser, exactly what ``MultiBufferPool``
-  runs when serving); each closed buffer is one execution of ``T(|U_b|)``
-  seconds (``U_b``: the union of its requests' k-hop sets) dispatched by the
-  gateway's :class:`~gnn_faas.scheduler.function_pool.LoadAwarePolicy` over
-  a memory pool and a compute pool in series that scale apart, as the
-  gateway's do (:mod:`gnn_faas.traces.tandem`; memory+compute pairs with a
-  calibration that has no ``memory_share``), with cold starts and keep-alive;
-- ``faas_gnn``: FaaS-GNN without graph sharing: one execution of ``T(|U_r|)``
-  per request, load-aware queueing (:mod:`gnn_faas.traces.instance_pool`),
-  memory and compute pools as for ``gnn_faas``;
-- ``request_centric`` (AWSGNN): one execution per request, a new instance when
-  none is idle (the request waits for the cold start), memory functions sized
-  for the stream's largest request;
-- ``dgl_serverless``: like ``request_centric`` but each cold start also
-  downloads the whole graph (measured ``full_fetch_s``) and every instance
-  holds it;
-- ``serverful`` (GraphLearn / Serverful-GNN): always-on instances holding the
-  whole graph, one FIFO queue, the count re-planned every minute to keep
-  utilisation at most 80% (``n_k = ⌈W_{k−1} / (0.8·60 s)⌉``, ``W``: busy seconds
-  of the previous minute), scale-ups ready after a boot.
+- ``gnn_faas``: the gateway's own policy code on a simulated clock: requests go
+  through :class:`~gnn_faas.gateway.buffer_pool.BufferPoolState` (router,
+  multi-buffers, timeouts or the work-conserving gate, global optimiser); each
+  closed buffer is one execution of ``T(|U_b|)`` (``U_b``: the union of its
+  requests' k-hop sets) dispatched by the gateway's
+  :class:`~gnn_faas.scheduler.function_pool.LoadAwarePolicy` over a memory and a
+  compute pool in series that scale apart (:mod:`gnn_faas.traces.tandem`);
+- ``faas_gnn``: FaaS-GNN without graph sharing: one execution of ``T(|U_r|)`` per
+  request, load-aware queueing, memory and compute pools as for ``gnn_faas``;
+- ``request_centric`` (AWSGNN): one execution per request, a new instance when none
+  is idle (the request waits for the cold start), sized for the largest request;
+- ``dgl_serverless``: ``request_centric`` whose cold starts also download the whole
+  graph (measured ``full_fetch_s``);
+- ``serverful``: always-on instances holding the graph, one FIFO queue, re-planned
+  every minute to at most 80% utilisation (``n_k = ⌈W_{k−1} / (0.8·60 s)⌉``).
 
-A request whose answer would take longer than ``timeout_s`` (the gateway's
-request timeout) is counted as dropped; every arrival is either completed or
-dropped. GB-s is ``Σ_instances memory/1024·(stop − spawn)``, which equals the
-integral of the allocated-GB timeline.
+A request whose answer would take longer than ``timeout_s`` is dropped; every
+arrival is either completed or dropped. GB-s is ``Σ_instances memory/1024·(stop −
+spawn)``, the integral of the allocated-GB timeline.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from gnn_faas.client import vertex_request
 from gnn_faas.config import ServingConfig, from_dict
 from gnn_faas.functions.checkpoint import save_checkpoint
 from gnn_faas.functions.model_config import ModelConfig
@@ -18,7 +19,6 @@ from gnn_faas.stack import Stack
 from gnn_faas.storage.datasets import ensure_dataset
 from gnn_faas.storage.embeddings import StaleEmbeddings
 from gnn_faas.storage.workload_metrics import compute_and_store
-from gnn_faas.traces.replay import vertex_request
 from tests.gateway.test_gateway_e2e import infer, output
 
 pytestmark = pytest.mark.slow

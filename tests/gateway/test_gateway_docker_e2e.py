@@ -23,11 +23,11 @@ import numpy as np
 import pytest
 import requests
 
+from gnn_faas.client import vertex_request
 from gnn_faas.stack import Stack
 from gnn_faas.storage.datasets import ensure_dataset
 from gnn_faas.storage.format import open_graph
 from gnn_faas.storage.ingest import build_csr, write_csr
-from gnn_faas.traces.replay import vertex_request
 from tests.docker_engine import readable_dir
 from tests.gateway.test_gateway_e2e import burst, infer, output
 from tests.pyg_reference import GCN, checkpoint_with_reference

@@ -19,9 +19,9 @@ import psutil
 import pytest
 import requests
 
+from gnn_faas.client import vertex_request
 from gnn_faas.stack import Stack
 from gnn_faas.storage.datasets import ensure_dataset
-from gnn_faas.traces.replay import vertex_request
 from tests.pyg_reference import GCN, checkpoint_with_reference
 
 pytestmark = pytest.mark.slow

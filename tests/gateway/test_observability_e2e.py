@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import requests
 
+from gnn_faas.client import vertex_request
 from gnn_faas.request_id import parse_traceparent
 from gnn_faas.stack import Stack
 from gnn_faas.storage.datasets import ensure_dataset
-from gnn_faas.traces.replay import vertex_request
 from tests.charts.dashboard import expressions, load, metric_names, sample_names
 from tests.pyg_reference import GCN, checkpoint_with_reference
 

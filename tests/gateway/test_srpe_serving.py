@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 import requests
 
+from gnn_faas.client import new_vertex_request
 from gnn_faas.functions.checkpoint import checkpoint_sha256
 from gnn_faas.functions.executor import LocalTransport, run_layers
 from gnn_faas.functions.precompute import full_graph_embeddings, precompute
 from gnn_faas.storage.embeddings import EmbeddingStore, write_embeddings
 from gnn_faas.storage.overlay import GraphOverlay
 from gnn_faas.storage.srpe_graph import build_srpe_graph
-from gnn_faas.traces.replay import new_vertex_request
 from tests.functions.test_composition import cora_fetcher, make_model
 from tests.functions.test_srpe_recompute import triangle_request
 from tests.gateway.test_gateway_e2e import burst, infer, output

@@ -23,11 +23,11 @@ import pytest
 import requests
 import yaml
 
+from gnn_faas.client import vertex_request
 from gnn_faas.scheduler.platform.base import FunctionSpec
 from gnn_faas.scheduler.platform.local import LocalPlatform
 from gnn_faas.stack import Stack
 from gnn_faas.storage.datasets import ensure_dataset
-from gnn_faas.traces.replay import vertex_request
 from tests.charts.test_chart_install import sa_kubeconfig
 from tests.kube import CHART, Cluster, cluster
 from tests.pyg_reference import GCN, checkpoint_with_reference

@@ -1,46 +1,28 @@
 """The docker platform: function instances as containers of the project's images.
 
 Each instance is one container of the function's image (``gnn-faas-memory`` or
-``gnn-faas-compute``, built by ``make images``) created through the Docker
-Engine API (the ``docker`` SDK) with
-
-- ``mem_limit = memswap_limit = memory_mb`` MiB (no swap: the limit is real, and
-  exceeding it is an OOM kill) and ``nano_cpus = vcpus · 10⁹`` (``--cpus``);
-- ``network_mode="host"`` and ``HOST=127.0.0.1``, ``PORT=<a free loopback port>``
-  (the images' contract): the engine needs no bridge, NAT or iptables;
-- a read-only root filesystem with a tmpfs ``/tmp``, run as the image's
-  non-root user;
-- read-only bind mounts at the same paths of what the arguments name on this
-  machine: a ``file://`` store (memory), a checkpoint directory (compute), a
-  peak-predictor file;
-- the spec's arguments as the command (the image's entrypoint runs
-  ``gnn-faas serve KIND``); memory functions get no ``--memory-mb``, so their
-  cache capacity follows the container's cgroup limit
-  (:mod:`gnn_faas.functions.memory_limit`), unless ``memory_aware_cache`` is off:
-  then they are told the machine's physical memory and the cache grows past the
-  real limit (the baseline of FaaS-GNN 4.3's comparison).
+``gnn-faas-compute``, built by ``make images``) created through the Docker Engine
+API with ``mem_limit = memswap_limit = memory_mb`` (a real limit: exceeding it is an
+OOM kill) and ``nano_cpus = vcpus · 10⁹``; ``network_mode="host"`` with ``HOST``
+and a free loopback ``PORT``; a read-only root filesystem with a tmpfs ``/tmp``, as
+the image's non-root user; read-only bind mounts, at the same paths, of the
+``file://`` store, checkpoint and peak-predictor file its arguments name. Memory
+functions size their cache from the container's cgroup limit unless
+``memory_aware_cache`` is off (FaaS-GNN 4.3's baseline).
 
 Cold start: from just before the container is created to the first 200 of
-``/v2/health/ready`` (:func:`gnn_faas.health.probe_ready`), wall time. A
-container that exits first or is not ready within ``start_timeout_s`` is
-removed and :class:`~gnn_faas.errors.Unavailable` carries the tail of its log.
+``/v2/health/ready``; a container that exits first or is not ready within
+``start_timeout_s`` is removed and :class:`~gnn_faas.errors.Unavailable` carries
+its log's tail. A container that exits while serving is marked ``failed`` (the
+pool retries its work elsewhere); :meth:`DockerPlatform.failure_counts` counts
+failures by reason (``oom``, ``exit_<code>``, ``start_timeout``, ``start_exit``,
+``start_error``) for ``/metrics``.
 
-Failures: a container that exits while serving (the images end the container
-when a worker dies, so an OOM kill shows as exit 137 with ``State.OOMKilled``)
-is marked ``failed``; the gateway's load-aware pool retries its work on another
-instance. :meth:`DockerPlatform.failure_counts` counts failures by function and
-reason (``oom``, ``exit_<code>``, ``start_timeout``, ``start_exit``,
-``start_error``); the gateway exports them in ``/metrics``.
-
-Ownership (crash safety): every container is labelled with this platform's
-owner id, the owning process's pid, its start time, hostname and pid
-namespace. A new platform removes containers whose owner process (same host,
-same pid namespace) is gone, so instances of a SIGKILLed gateway never linger
-past the next start; :meth:`shutdown` (also :mod:`atexit`) removes its own.
-
-Keep-alive, scale to zero, ``busy`` and metering behave as on the local
-platform: both are a :class:`~gnn_faas.scheduler.platform.managed.ManagedPlatform`
-(the shared instance table); this module provides its hooks.
+Every container is labelled with its owner (id, pid, start time, host, pid
+namespace): a new platform removes those of a dead owner, :meth:`shutdown` (also
+at exit) its own. Keep-alive, ``busy`` and metering are
+:class:`~gnn_faas.scheduler.platform.managed.ManagedPlatform`'s; this module
+provides its hooks. The full description: docs/design/docker-platform.md.
 """
 
 from __future__ import annotations

@@ -1,50 +1,25 @@
 """The embedded platform: function instances as local processes (docs/architecture.md, principle 3).
 
-Each instance is ``python -m gnn_faas serve KIND *args --host H --port 0``
-(plus ``--memory-mb M`` for memory functions) in its own process group, its
-output in a log file per instance. The instance binds a free port itself and
-prints ``... listening on http://HOST:PORT ...`` (gnn_faas.cli.serve), so no
-port is reserved in advance and none can be taken in between; the platform
-reads that URL from the log and polls ``GET {url}/v2/health/ready`` until it
-answers 200. That spawn-to-ready time is the instance's *cold start*, measured
-in wall time. If the process exits or ``start_timeout_s`` passes first, the
-instance is killed and :class:`~gnn_faas.errors.Unavailable` carries the tail
-of its log.
+Each instance is ``python -m gnn_faas serve KIND *args --host H --port 0`` (plus
+``--memory-mb M`` for memory functions) in its own process group, its output in a
+log file per instance. The instance binds a free port itself and prints its URL;
+the platform reads it from the log and polls ``GET {url}/v2/health/ready`` until
+200. That spawn-to-ready wall time is the instance's *cold start*. If the process
+exits or ``start_timeout_s`` passes first, the instance is killed and
+:class:`~gnn_faas.errors.Unavailable` carries the tail of its log.
 
-CPU: the instance is billed for ``vcpus``; its thread pools follow them
-(``GNN_FAAS_THREADS``, ``OMP_NUM_THREADS``, ... set to ``ceil(vcpus)``), as a
-CPU limit would on Kubernetes. Keep-alive: a daemon reaper thread stops
-instances idle (no call in flight) for longer than their spec's
-``keep_alive_s`` and drops failed ones: scale to zero. ``stop`` sends SIGTERM
-to the process group, waits ``stop_grace_s``, then SIGKILLs what is left
-(gunicorn workers included); every child is waited for, so no zombies and no
-ports stay bound. ``shutdown`` (also registered with :mod:`atexit`) stops
-everything. The instance table, ``busy``, keep-alive and the reaper are
+An instance's thread pools follow its billed ``vcpus`` (``GNN_FAAS_THREADS``,
+``OMP_NUM_THREADS``, ... set to ``ceil(vcpus)``). ``stop`` sends SIGTERM to the
+process group, waits ``stop_grace_s``, then SIGKILLs what is left; every child is
+waited for. The instance table, ``busy``, keep-alive and the reaper are
 :class:`~gnn_faas.scheduler.platform.managed.ManagedPlatform`'s; this module
-provides its hooks (terminate, exit status).
+provides its hooks. Times come from ``clock`` (a :class:`~gnn_faas.clock.FakeClock`
+makes keep-alive and metering deterministic while the processes stay real).
 
-Times (started, ready, last used, keep-alive, metering) come from ``clock``; a
-:class:`~gnn_faas.clock.FakeClock` makes keep-alive and metering deterministic
-while the processes themselves stay real.
-
-Crash safety: instances die with the process that started them, even when it
-is SIGKILLed (an OOM kill of the gateway worker) and gets no chance to stop
-them. Two mechanisms:
-
-- ``PR_SET_PDEATHSIG`` (Linux ``prctl``, set between fork and exec): the kernel
-  sends the instance SIGKILL when its parent *thread* exits. So every instance
-  is forked by one long-lived spawner thread of the platform (never by a pool
-  thread that may come and go), which lives as long as its process; the
-  instance's own gunicorn workers follow their master (their ``post_fork``
-  sets the same signal, gnn_faas.functions.gunicorn_runner).
-- an instance registry: one JSON file per instance under ``registry_dir``
-  (``$GNN_FAAS_RUN_DIR``, default ``$TMPDIR/gnn-faas-<uid>/instances``) with
-  the owner's and the instance's PIDs and start times, removed when the
-  instance stops. A new platform reaps at start every instance whose owner is
-  dead (checked by PID *and* start time, so a reused PID is never mistaken):
-  it kills that instance's process group, if the recorded process is still
-  that instance. This covers platforms without ``prctl`` and the instant
-  between fork and ``prctl``.
+Crash safety: instances die with the process that started them, even a SIGKILLed
+one: ``PR_SET_PDEATHSIG`` set by one long-lived spawner thread, and an instance
+registry under ``$GNN_FAAS_RUN_DIR`` from which a new platform reaps the instances
+of a dead owner (checked by PID and start time). Why both: docs/design/local-platform.md.
 """
 
 from __future__ import annotations

@@ -1,42 +1,24 @@
 """The openfaas platform: functions behind an OpenFaaS gateway's REST API.
 
-Documented endpoints used (basic auth on ``/system/*``):
+Endpoints (basic auth on ``/system/*``): ``GET /system/functions[?namespace=NS]``
+(the gateway finds its function by the label ``gnn-faas.io/function=MODEL-KIND``
+plus the release's selector), ``GET /system/function/NAME``, ``POST
+/system/functions`` (:meth:`OpenFaaSPlatform.deploy`), ``POST
+/system/scale-function/NAME``, and ``POST /function/NAME[.NAMESPACE]/...`` to
+invoke (no auth). Basic auth comes from ``$user_env``/``$password_env``, else from
+the Kubernetes Secret ``credentials_secret`` (kube_client.py).
 
-- ``GET  /system/functions[?namespace=NS]``: list functions (name, image,
-  replicas, availableReplicas, labels, limits/requests); the gateway finds its
-  function by the label ``gnn-faas.io/function=MODEL-KIND`` (plus the
-  release's selector labels);
-- ``GET  /system/function/NAME``: one function (replicas, availableReplicas);
-- ``POST /system/functions``: deploy (:meth:`OpenFaaSPlatform.deploy`);
-- ``POST /system/scale-function/NAME`` ``{"serviceName", "replicas"}``: scale;
-- ``POST /function/NAME[.NAMESPACE]/...``: invoke (the slots' URL), no auth;
-  the namespace is named whenever the settings name one (OpenFaaS routes a bare
-  name to its default function namespace only).
-
-Basic auth: from ``$user_env``/``$password_env`` when both are set, else from
-the Kubernetes Secret ``credentials_secret`` (OpenFaaS's ``basic-auth`` in its
-own namespace; kube_client.py).
-
-Replicas are OpenFaaS's ``availableReplicas``. OpenFaaS's API lists no pods,
-so replica ``i`` is named ``NAME-i``; a replica is billed from when the
-gateway first saw it until the count dropped below it.
-
-Scaling: by default OpenFaaS's autoscaler owns the replica count (the
-chart's ``com.openfaas.scale.*`` labels) and the gateway bounds its calls by
-available replicas x the function's concurrency (its
-``com.openfaas.scale.target`` label, else ``concurrency``). OpenFaaS wakes a
-function at zero replicas only when a call reaches its gateway, and the
-gnn-faas gateway calls only ready replicas: so a launch that finds a function
-at zero asks ``/system/scale-function`` for one replica, whatever
-``gateway_scaling`` says. With ``gateway_scaling`` the gateway
-drives it with FaaS-GNN's launch rule: the load-aware queue asks for a new
-instance only when no slot is idle and ``n_req > n_instances``; then
-:meth:`want_replicas` posts ``replicas = ceil((slots + 1) / concurrency)``,
-and when slots are released (keep-alive expiry) the count goes back down to
-``ceil(slots / concurrency)``, to zero when every slot expired.
-
-401 (credentials), 404 (no such function) and 5xx answers become
-:class:`PlatformAPIError` messages that say which.
+Replicas are OpenFaaS's ``availableReplicas`` (replica ``i`` is named ``NAME-i``;
+the API lists no pods), billed from when the gateway first saw one until the count
+dropped below it. By default OpenFaaS's autoscaler owns the count and the gateway
+bounds its calls by available replicas x the function's concurrency (its
+``com.openfaas.scale.target`` label, else ``concurrency``); a launch that finds a
+function at zero asks for one replica (nothing else would wake it). With
+``gateway_scaling`` the gateway drives the count with the pools' launch rule
+(docs/design/launch-and-reap.md): :meth:`want_replicas` posts ``replicas =
+ceil((slots + 1) / concurrency)`` on a launch and ``ceil(slots / concurrency)``
+as slots expire. 401, 404 and 5xx answers become :class:`PlatformAPIError`
+messages that say which. The full description: docs/design/openfaas-platform.md.
 """
 
 from __future__ import annotations

@@ -1,37 +1,27 @@
-"""Platforms whose replicas another system owns (Knative, OpenFaaS): the
-gateway holds *dispatch slots* on the replicas it observes.
+"""Platforms whose replicas another system owns (Knative, OpenFaaS): the gateway
+holds *dispatch slots* on the replicas it observes.
 
-On the local platform an instance is a process the gateway started, and the
-load-aware queue (scheduler/function_pool.py) gives it one work item at a
-time. On Knative or OpenFaaS the gateway neither starts nor addresses pods:
-it calls the function's URL and the platform's router picks a replica. What
-the gateway can still decide is how many calls it lets through, so here an
+On Knative or OpenFaaS the gateway neither starts nor addresses pods: it calls the
+function's URL and the platform's router picks a replica. What it still decides is
+how many calls it lets through, so here an
 :class:`~gnn_faas.scheduler.platform.base.Instance` is a **slot**: one call in
-flight on one observed ready replica. A replica of concurrency ``c`` (Knative
-``containerConcurrency``) holds at most ``c`` slots, so the gateway never has
-more than ``ready replicas x c`` calls in flight per function and its
-load-aware queue holds the rest::
+flight on one observed ready replica. A replica of concurrency ``c`` holds at most
+``c`` slots::
 
     slots(f) <= ready_replicas(f) * c(f)
 
-:meth:`launch` (the pool's "start an instance", asked for only when no slot
-is idle and ``n_req > n_slots``: FaaS-GNN's launch rule) binds a slot to the
-ready replica with the fewest slots; when every ready replica is full it
-calls :meth:`want_replicas` (Knative: nothing, the autoscaler sees the
-saturation; a service at zero is woken through its URL; OpenFaaS with gateway
-scaling: ``/system/scale-function``) and waits, polling, until the platform
-adds a ready replica or ``start_timeout_s`` passes (``Unavailable``; the
-pool keeps serving on the slots it has). A slot whose replica disappeared is
-``failed``: the data plane drops it once idle.
+:meth:`launch` (the pool's launch rule, docs/design/launch-and-reap.md) binds a
+slot to the ready replica with the fewest slots; when every ready replica is full
+it calls :meth:`want_replicas` (Knative: nothing, the autoscaler sees the
+saturation; OpenFaaS with gateway scaling: ``/system/scale-function``) and waits
+until a ready replica appears or ``start_timeout_s`` passes (``Unavailable``). A
+slot whose replica disappeared is ``failed``.
 
-Subclasses implement one hook, :meth:`observe`, reading the platform's API
-into a :class:`FunctionView`. An API that is unreachable or refuses keeps the
-last view; the error is logged once per change and shown in
-:meth:`replicas` (``gnn-faas status``).
-
-Metering follows the replicas the gateway observed, at the resources each
-function asked for (its requests): a replica is billed from its creation
-(or first sight) to its disappearance; busy time from the slots' calls.
+Subclasses implement one hook, :meth:`observe`, reading the platform's API into a
+:class:`FunctionView`; an API that is unreachable or refuses keeps the last view,
+logged once per change and shown in :meth:`replicas`. A replica is billed at its
+function's requested resources from its creation (or first sight) to its
+disappearance; busy time from the slots' calls.
 """
 
 from __future__ import annotations
