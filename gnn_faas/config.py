@@ -358,6 +358,49 @@ class ModelServingConfig:
 
 
 @dataclass(frozen=True)
+class GraphToken:
+    """A write token for one graph (``${VAR}`` read from the environment).
+
+    - ``graph``: the graph it lets a client update.
+    - ``token``: the bearer token (``${VAR}``: from the environment, e.g. a Secret).
+    """
+
+    graph: str = ""
+    token: str = ""
+
+
+@dataclass(frozen=True)
+class GraphsConfig:
+    """Graphs that change while they are served (storage/versions.py).
+
+    - ``freshness_s``: an update acknowledged at ``t`` is seen by every request arriving
+      after ``t + freshness_s``; 0: every request checks the store for a newer version.
+    - ``write_token``: bearer token of ``POST /v2/graphs/{g}/updates`` for every graph
+      (``${VAR}``: from the environment); none and no ``tokens``: updates are refused.
+    - ``tokens``: per-graph write tokens (``[{graph, token}]``), checked before ``write_token``.
+    - ``compact_share``: compact a graph when its log's bytes pass this share of its
+      base's (0: never automatically).
+    - ``compaction_grace_s``: what a compaction supersedes is deleted only after this
+      long (keep it above ``gateway.request_timeout_s``).
+    - ``max_batch_ops``: the most changes (edges, vertices, rows) one batch may hold.
+    """
+
+    freshness_s: float = 1.0
+    write_token: str | None = None
+    tokens: tuple[GraphToken, ...] = ()
+    compact_share: float = 0.25
+    compaction_grace_s: float = 120.0
+    max_batch_ops: int = 1_000_000
+
+    def token_of(self, graph: str) -> str | None:
+        """The token that lets a client update ``graph`` (``None``: updates refused)."""
+        for t in self.tokens:
+            if t.graph == graph:
+                return os.path.expandvars(t.token) or None
+        return os.path.expandvars(self.write_token) or None if self.write_token else None
+
+
+@dataclass(frozen=True)
 class ServingConfig:
     """The whole serving config (the YAML file ``gnn-faas up --config`` reads).
 
@@ -371,6 +414,7 @@ class ServingConfig:
     platform: PlatformConfig = field(default_factory=PlatformConfig)
     buffers: BufferSettings = field(default_factory=BufferSettings)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    graphs: GraphsConfig = field(default_factory=GraphsConfig)
     models: tuple[ModelServingConfig, ...] = (ModelServingConfig(),)
 
     def __post_init__(self):

@@ -228,6 +228,23 @@ MODEL = {
         ),
     },
 }
+GRAPHS = _section(
+    {
+        "freshness_s": _num(0, _HOUR),
+        "write_token": _str(nullable=True),
+        "tokens": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {"graph": _str(min_length=1), "token": _str(min_length=1)},
+            },
+        },
+        "compact_share": _num(0, 1e6),
+        "compaction_grace_s": _num(0, _DAY),
+        "max_batch_ops": _int(1, 2**31 - 1),
+    }
+)
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "gnn-faas serving config",
@@ -239,6 +256,7 @@ SCHEMA: dict[str, Any] = {
         "platform": PLATFORM,
         "buffers": BUFFERS,
         "limits": LIMITS,
+        "graphs": GRAPHS,
         "models": {"type": "array", "items": MODEL, "minItems": 1},
     },
 }

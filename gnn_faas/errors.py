@@ -37,6 +37,18 @@ class UnsupportedRequest(InvalidRequest):
     http_status = 400
 
 
+class Unauthorized(GnnFaasError):
+    """A write without a bearer token (401, ``WWW-Authenticate: Bearer``)."""
+
+    http_status = 401
+
+
+class Forbidden(GnnFaasError):
+    """A write whose token is wrong, or to a graph no token opens (403)."""
+
+    http_status = 403
+
+
 class NotFound(GnnFaasError):
     """An unknown model, graph or resource."""
 
@@ -143,6 +155,8 @@ def http_headers(exc: BaseException) -> dict[str, str]:
     kind = failure_kind(exc)
     if kind is not None:
         out[FAILED_HEADER] = kind
+    if isinstance(exc, Unauthorized):
+        out["WWW-Authenticate"] = 'Bearer realm="gnn-faas"'
     if http_status(exc) == 503:
         seconds = getattr(exc, "retry_after_s", 1.0)
         out["Retry-After"] = str(max(1, int(-(-float(seconds) // 1))))

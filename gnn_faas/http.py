@@ -48,7 +48,7 @@ from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.exceptions import NotFound as NoRoute
 
-from gnn_faas import deadline, request_id
+from gnn_faas import deadline, graph_version, request_id
 from gnn_faas.errors import GnnFaasError, http_headers, http_status
 from gnn_faas.wire import (
     DEFAULT_MAX_BYTES,
@@ -176,6 +176,10 @@ def install(app: Flask, max_content_length: int = DEFAULT_MAX_BYTES) -> Flask:
         if granted is not None:  # the caller's deadline bounds this call's store reads
             g.gnn_faas_deadline = deadline.scope(granted)
             g.gnn_faas_deadline.__enter__()
+        version = graph_version.from_header(request.headers.get(graph_version.HEADER))
+        if version is not None:  # the caller's graph version: this call answers on it
+            g.gnn_faas_version = graph_version.scope(version)
+            g.gnn_faas_version.__enter__()
 
     @app.after_request
     def _stop_timer(resp: Response):
@@ -190,9 +194,10 @@ def install(app: Flask, max_content_length: int = DEFAULT_MAX_BYTES) -> Flask:
     @app.teardown_request
     def _unbind_times(exc) -> None:
         request_id.unbind(_times, g.pop("gnn_faas_times_token", None))
-        scope = g.pop("gnn_faas_deadline", None)
-        if scope is not None:
-            scope.__exit__(None, None, None)
+        for key in ("gnn_faas_version", "gnn_faas_deadline"):
+            scope = g.pop(key, None)
+            if scope is not None:
+                scope.__exit__(None, None, None)
 
     return app
 
@@ -414,7 +419,8 @@ class FrameDispatcher:
         try:
             # the caller's deadline bounds this call's store reads (gnn_faas/deadline.py)
             granted = deadline.from_header(headers.get(deadline.HEADER.lower()))
-            with request_id.bound(ctx), deadline.scope(granted):
+            version = graph_version.from_header(headers.get(graph_version.HEADER.lower()))
+            with request_id.bound(ctx), deadline.scope(granted), graph_version.scope(version):
                 status, out_headers, out = self._answer(path, body, length, headers)
         finally:
             _times.reset(token)

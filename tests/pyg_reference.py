@@ -32,3 +32,20 @@ def checkpoint_with_reference(graph, ckpt: Path, seed: int, **model) -> np.ndarr
     x = torch.from_numpy(np.array(graph.read_blob("features"), dtype=np.float32))
     with torch.no_grad():
         return net(x, ei).numpy()
+
+
+def pyg_outputs(ckpt: Path, src: np.ndarray, dst: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """What the checkpoint's model computes in PyG on a graph given as an edge
+    list (``dst`` aggregates from ``src``) and feature rows ``x``: the reference
+    of a graph changed by updates, built without the store's code."""
+    import torch
+
+    from gnn_faas.functions.checkpoint import load_config, load_state
+    from gnn_faas.functions.pyg_models import PygGNN
+
+    net = PygGNN(load_config(ckpt))
+    net.load_state_dict({k: torch.as_tensor(v) for k, v in load_state(ckpt).items()})
+    net.eval()
+    ei = torch.from_numpy(np.stack([np.asarray(src, np.int64), np.asarray(dst, np.int64)]))
+    with torch.no_grad():
+        return net(torch.from_numpy(np.asarray(x, np.float32)), ei).numpy()

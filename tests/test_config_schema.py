@@ -69,7 +69,7 @@ def _document(path: tuple, value) -> dict:
     node = doc
     for i, key in enumerate(path[:-1]):
         if isinstance(path[i + 1], int):
-            node[key] = [{"name": "m"}]
+            node[key] = [{"name": "m"}] if key == "models" else [{}]
             node = node[key][0]
         elif isinstance(key, int):
             continue

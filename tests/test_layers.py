@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
         "gnn_faas",
         "gnn_faas.errors",
         "gnn_faas.deadline",
+        "gnn_faas.graph_version",
         "gnn_faas.extras",
         "gnn_faas.request_id",
         "gnn_faas.metrics",

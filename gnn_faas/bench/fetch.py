@@ -136,7 +136,7 @@ def min_bytes(
 def full_download(uri: str, graph: GraphHandle, repeats: int) -> tuple[int, float]:
     """``(bytes, median ms)`` of reading the manifest and every blob whole, each
     time through a newly opened backend (a cold container)."""
-    keys = [f"{graph.name}/{MANIFEST}"] + [graph.path(k) for k in graph.manifest.blobs]
+    keys = [f"{graph.prefix}/{MANIFEST}"] + [graph.path(k) for k in graph.manifest.blobs]
     times, nbytes = [], 0
     for _ in range(max(1, repeats)):
         backend: StorageBackend = open_backend(uri)

@@ -21,6 +21,7 @@ from gnn_faas.extras import missing_extra
 COMMAND_MODULES = [
     "gnn_faas.cli.ingest",
     "gnn_faas.cli.datasets",
+    "gnn_faas.cli.graph",
     "gnn_faas.cli.bench",
     "gnn_faas.cli.train",
     "gnn_faas.cli.model",

@@ -27,7 +27,7 @@ import numpy as np
 import requests
 import urllib3
 
-from gnn_faas import deadline, errors, request_id
+from gnn_faas import deadline, errors, graph_version, request_id
 from gnn_faas.functions.keepalive_http import KeepAlivePool
 from gnn_faas.functions.layer_plan import LayerStep
 from gnn_faas.storage.computation_graph import Block, ComputationGraph, cg_from_tensors
@@ -213,6 +213,9 @@ class FunctionClient:
         left = deadline.header_value()  # the callee's store reads stop at our deadline
         if left is not None:
             out[deadline.HEADER] = left
+        version = graph_version.header_value()  # the callee answers on our graph version
+        if version is not None:
+            out[graph_version.HEADER] = version
         resp = self._send(method, path, body, out)
         if resp.status >= 400:
             try:

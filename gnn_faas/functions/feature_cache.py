@@ -96,6 +96,7 @@ class CacheStats:
     misses: int = 0
     evictions: int = 0
     admissions: int = 0
+    invalidations: int = 0  # rows dropped because a graph version changed them
     requests: int = 0
     reexecutions: int = 0
     over_limit: int = 0  # requests whose own working set exceeded limit - baseline
@@ -215,6 +216,7 @@ class FeatureCache:
             "hit_rate": s.hits / s.lookups if s.lookups else 0.0,
             "evictions": s.evictions,
             "admissions": s.admissions,
+            "invalidations": s.invalidations,
             "requests": s.requests,
             "reexecutions": s.reexecutions,
             "over_limit": s.over_limit,
@@ -312,6 +314,20 @@ class FeatureCache:
             before = self.stats.admissions
             self._admit(ids[keep], rows[keep], None)
             return self.stats.admissions - before
+
+    def invalidate(self, ids: np.ndarray) -> int:
+        """Drop the rows of ``ids`` a graph version changed (those resident; their
+        counts are forgotten too): exactly them, never a flush. How many."""
+        with self.lock:
+            ids = np.asarray(ids, dtype=np.int64)
+            slots = self.slots(ids)
+            victims = np.unique(slots[slots >= 0])
+            if victims.size:
+                self._remove_slots(victims)
+                self.stats.evictions -= int(victims.size)  # not evictions: invalidations
+                self.stats.invalidations += int(victims.size)
+            self._ghost.delete(ids[self._ghost.contains(ids)])
+            return int(victims.size)
 
     def resident(self) -> np.ndarray:
         """Global ids of the cached vertices (slot order)."""

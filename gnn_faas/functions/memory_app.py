@@ -68,6 +68,7 @@ from typing import Any
 import numpy as np
 from flask import Flask, jsonify
 
+from gnn_faas import graph_version
 from gnn_faas.errors import (
     BlobNotFound,
     CorruptBlob,
@@ -92,6 +93,7 @@ from gnn_faas.functions.memory_limit import (
 )
 from gnn_faas.functions.metrics import install_metrics, memory_families
 from gnn_faas.functions.peak_predictor import PeakPredictor, RequestShape, bundled_predictor_path
+from gnn_faas.functions.row_versions import RowVersions
 from gnn_faas.http import (
     add_server_timing,
     error_response,
@@ -103,7 +105,7 @@ from gnn_faas.storage.chunked import ChunkedReads
 from gnn_faas.storage.computation_graph import Block, cg_from_tensors, cg_tensors
 from gnn_faas.storage.embeddings import EmbeddingStore
 from gnn_faas.storage.fetcher import KHopFetcher
-from gnn_faas.storage.format import open_graph
+from gnn_faas.storage.format import GraphHandle, open_graph
 from gnn_faas.storage.resident import WHOLE_VERIFY_BYTES, verified_reads
 from gnn_faas.wire import (
     DEFAULT_MAX_BYTES,
@@ -433,6 +435,10 @@ class MemoryFunction:
         # after every allocation of the start: what the worker holds before any request
         own = rss_bytes() if cfg.baseline_mb is None else int(cfg.baseline_mb * 2**20)
         self.cache.set_baseline(own + int(cfg.reserve_mb * 2**20))
+        # the rows the graph's versions set since this base (functions/row_versions.py)
+        self.versions = RowVersions(
+            self.graph, self._load_rows, self._open_base, self.cache.invalidate
+        )
         self.warmed_rows = 0
         self._warm_thread: threading.Thread | None = None
         self._warm(prior)
@@ -475,6 +481,7 @@ class MemoryFunction:
         ids = ids[: self.cache.capacity_rows]
         if ids.size == 0:
             return
+        ids = ids[~self.versions.has_history(ids)]  # rows a version set stay out of the cache
         if self._whole_features is not None:
             whole = self._whole_features
             self.warmed_rows = self.cache.warm(ids, lambda v: whole[v])
@@ -514,6 +521,48 @@ class MemoryFunction:
             return np.empty(0, np.int64)
         top = np.argpartition(-deg, k - 1)[:k] if k < deg.size else np.arange(deg.size)
         return top[np.argsort(-deg[top], kind="stable")].astype(np.int64)
+
+    def _open_base(self, prefix: str):
+        """``(graph, load_rows)`` of a compacted base (a version's new base)."""
+        graph = verified_reads(
+            GraphHandle(
+                self.graph.backend.inner
+                if isinstance(self.graph.backend, ChunkedReads)
+                else self.graph.backend,
+                self.graph.name,
+                prefix=prefix,
+            )  # fmt: skip
+        )
+        fetcher = KHopFetcher(graph)
+        return graph, lambda ids: fetcher.read_features(ids, max_buffer_bytes=self.stream_bytes)
+
+    def rows_of(self, ids: np.ndarray) -> np.ndarray:
+        """Feature rows of stored ``ids`` at the call's graph version: rows a version
+        set from the log, rows it never changed through the cache, read from the
+        base of that version (graph_version.get(); None: the newest known)."""
+        version = graph_version.get()
+        if version is not None:
+            self.versions.ensure(version)
+        if self.versions.keys.size == 0:
+            return self.cache.get_rows(ids, self._load_rows)
+        set_mask, set_rows = self.versions.split(ids, version)
+        base = self.versions.base_at(version)
+        history = self.versions.has_history(ids) & ~set_mask  # changed later: from the base
+        cached = ~set_mask & ~history
+        out = np.empty((ids.size, self.feature_dim), np.float32)
+        out[set_mask] = set_rows
+        if history.any():
+            out[history] = base.load_rows(ids[history])
+        if cached.any():
+            out[cached] = self.cache.get_rows(ids[cached], base.load_rows)
+        return out
+
+    def nodes_at_call(self) -> int:
+        """Vertices of the graph at the call's version (ids beyond are a request's new ones)."""
+        version = graph_version.get()
+        if version is not None:
+            self.versions.ensure(version)
+        return self.versions.nodes_at(version)
 
     def _load_rows(self, ids: np.ndarray) -> np.ndarray:
         # streamed: the read buffer is a fixed share of the limit, never a
@@ -736,13 +785,15 @@ class MemoryFunction:
 
     def _split_new(self, call: AggregateCall) -> np.ndarray:
         """Mask of the stored source ids (checked); the others need ``new_x`` rows."""
-        stored = call.src_ids < self.graph.num_nodes
-        self.fetcher.check_ids(call.src_ids[stored], "src_ids")
+        n = self.nodes_at_call()
+        stored = call.src_ids < n
+        if (call.src_ids < 0).any():
+            raise InvalidRequest(f"src_ids must not be negative for graph {self.graph.name!r}")
         n_new = int(call.src_ids.size - np.count_nonzero(stored))
         if call.h is None and n_new != (0 if call.new_x is None else call.new_x.shape[0]):
             shown = ", ".join(str(v) for v in call.src_ids[~stored][:5])
             raise InvalidRequest(
-                f"src_ids out of range [0, {self.graph.num_nodes}) for graph "
+                f"src_ids out of range [0, {n}) for graph "
                 f"{self.graph.name!r}: {shown}; a new-vertex request's {n_new} ids beyond "
                 "the graph need one new_x row each"
             )
@@ -753,18 +804,24 @@ class MemoryFunction:
     def _source_rows(self, call: AggregateCall, stored: np.ndarray) -> np.ndarray:
         """Input rows of ``src_ids``: stored rows through the cache, new ones from the request."""
         if stored.all():
-            return self.cache.get_rows(call.src_ids, self._load_rows)
+            return self.rows_of(call.src_ids)
         rows = np.empty((call.src_ids.size, self.feature_dim), np.float32)
-        rows[stored] = self.cache.get_rows(call.src_ids[stored], self._load_rows)
+        rows[stored] = self.rows_of(call.src_ids[stored])
         rows[~stored] = call.new_x
         return rows
 
     def features_request(self, tensors: dict, params: dict) -> bytes:
-        ids = self.fetcher.check_ids(_ids_param(tensors, params, "ids"), "ids")
+        ids = np.asarray(_ids_param(tensors, params, "ids"), np.int64)
+        n = self.nodes_at_call()
+        bad = (ids < 0) | (ids >= n)
+        if bad.any():
+            raise InvalidRequest(
+                f"ids out of range [0, {n}) for graph {self.graph.name!r}: {ids[bad][:5].tolist()}"
+            )
         self.counts["features"] += 1
 
         def work() -> bytes:
-            return encode_frame({"x": self.cache.get_rows(ids, self._load_rows)})
+            return encode_frame({"x": self.rows_of(ids)})
 
         shape = RequestShape(ids.size, ids.size, 0, self.feature_dim, "features")
         return self.cache.run(work, shape=shape, pinned=ids)
@@ -804,6 +861,7 @@ class MemoryFunction:
             "cache_prior": self.cfg.cache_prior,
             "warmed_rows": self.warmed_rows,
             "verified_chunks": self._verified_chunks(),
+            "graph_versions": self.versions.figures(),
             **self.state_stats(),
         }
         if self.debug_modules:

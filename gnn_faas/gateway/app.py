@@ -9,6 +9,8 @@ Open Inference Protocol (KServe/Triton v2 REST)::
     GET  /v2/models/{m}           model metadata
     GET  /v2/models/{m}/ready     that model could serve a request now
     POST /v2/models/{m}/infer     inference (JSON, or the binary tensor data extension)
+    GET  /v2/graphs[/{g}]         the served graphs: version, counts, log size, last compaction
+    POST /v2/graphs/{g}/updates   a batch of graph changes (bearer token), one new version
     GET  /v2/models/{m}/versions/{v}[/ready], POST .../versions/{v}/infer
                                   the same for a version the model's metadata lists
                                   (404 + JSON for another; the answer names the version)
@@ -75,7 +77,9 @@ def create_gateway_app(plane: DataPlane) -> Flask:
 
     @app.get("/v2/openapi.json")
     def openapi():
-        return jsonify(build_openapi(sorted(plane.models), plane.serving.limits))
+        return jsonify(
+            build_openapi(sorted(plane.models), plane.serving.limits, sorted(plane.graphs))
+        )
 
     @app.get("/v2/models")
     def models():
@@ -104,6 +108,7 @@ def create_gateway_app(plane: DataPlane) -> Flask:
         return jsonify({"name": name, "ready": ok}), 200 if ok else 503
 
     add_infer_routes(app, runtime)
+    add_graph_routes(app, plane)
 
     @app.get("/metrics")
     def metrics():
@@ -131,6 +136,24 @@ def create_gateway_app(plane: DataPlane) -> Flask:
         return resp
 
     return app
+
+
+def add_graph_routes(app: Flask, plane: DataPlane) -> None:
+    """``GET /v2/graphs``, ``GET /v2/graphs/{g}`` and ``POST /v2/graphs/{g}/updates``
+    (gateway/graph_service.py; a bearer token for writes)."""
+
+    @app.get("/v2/graphs")
+    def graphs():
+        return jsonify({"graphs": plane.updates.list()})
+
+    @app.get("/v2/graphs/<graph>")
+    def graph_info(graph: str):
+        return jsonify(plane.updates.info(graph))
+
+    @app.post("/v2/graphs/<graph>/updates")
+    def graph_updates(graph: str):
+        raw = RawInferRequest(request_body(), request.headers.get(HEADER_LENGTH))
+        return jsonify(plane.updates.update(graph, raw, request.headers.get("Authorization")))
 
 
 def add_infer_routes(app: Flask, runtime) -> None:

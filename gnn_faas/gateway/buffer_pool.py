@@ -578,11 +578,15 @@ class MultiBufferPool:
         """Add a request (its k-hop vertex set ``U_r``); returns the ``buffer_id``
         of the buffer it joined. Its deadline is ``now + slo_s`` (default: the
         config's SLO)."""
-        u = as_vertex_set(vertex_set, self.num_nodes)
+        # a graph that gained vertices since the pool was sized: the tables grow
+        u = as_vertex_set(vertex_set, 1 << 62)
         slo = self.config.slo_s if slo_s is None else float(slo_s)
         if slo <= 0:
             raise InvalidRequest("slo_s must be positive")
         with self._cond:
+            if u.size and int(u[-1]) >= self.num_nodes:
+                self._state.index.grow(int(u[-1]) + 1)
+                self.num_nodes = self._state.num_nodes = self._state.index.num_nodes
             now = self.clock.now()
             req = PendingRequest(str(request_id), u, now, now + slo, payload)
             buffer_id, _, closed = self._state.submit(req, now)

@@ -43,6 +43,7 @@ from gnn_faas.gateway import accept_clock
 from gnn_faas.gateway.admission import AdmissionController, Overloaded
 from gnn_faas.gateway.buffer_pool import BufferConfig, MultiBufferPool
 from gnn_faas.gateway.execution import Executions, InferenceJob
+from gnn_faas.gateway.graph_service import GraphUpdates
 from gnn_faas.gateway.inference_request import (
     InferResponse,
     RawInferRequest,
@@ -62,14 +63,16 @@ from gnn_faas.metrics import backend_name, storage_families
 from gnn_faas.scheduler.merge import merge_computation_graphs
 from gnn_faas.scheduler.model_functions import build_model_functions
 from gnn_faas.scheduler.platform import open_platform
+from gnn_faas.storage.backends import open_backend
 from gnn_faas.storage.embeddings import EmbeddingStore
 from gnn_faas.storage.fetcher import FetchStats, KHopFetcher
-from gnn_faas.storage.format import open_graph
+from gnn_faas.storage.format import GraphHandle, open_graph
+from gnn_faas.storage.graph_state import GraphState
 from gnn_faas.storage.overlay import GraphOverlay
-from gnn_faas.storage.reorder import IdMap
 from gnn_faas.storage.resident import Structure, open_structure, verify_small_blobs
 from gnn_faas.storage.srpe_graph import build_srpe_graph
 from gnn_faas.storage.store_health import health_of, public_uri, store_health_families
+from gnn_faas.storage.versions import GraphVersions
 
 log = logging.getLogger("gnn_faas.gateway")
 
@@ -142,22 +145,15 @@ class ModelRuntime:
         platform,
         metrics: GatewayMetrics,
         clock=None,
-        structure: Structure | None = None,
+        versions: GraphVersions | None = None,
     ):
         self.serving = serving
         self.model = model
         self.name = model.name
         self.metrics = metrics
         self.clock = clock or RealClock()
-        self.graph = open_graph(serving.store, model.graph)
-        self.id_map = IdMap.of(self.graph)  # None unless ingest renumbered the graph
-        # the k-hop step's blobs, resident or chunk-cached, verified (storage/resident.py)
-        budget = int(serving.gateway.structure_budget_mb * 2**20)
-        if structure is None or not structure.resident:
-            structure = open_structure(self.graph, budget)
-        self.structure = structure
-        log.info("model %s: graph %s %s", model.name, model.graph, self.structure.describe())
-        self.fetcher = KHopFetcher(self.graph, structure=self.structure)
+        # the graph as it is now and as each request found it (storage/versions.py)
+        self.versions = versions or open_versions(serving, model.graph)
         # a graph found corrupt while serving: its reason, and when to check the store again
         self.out_of_service: str | None = None
         self._recheck_at = 0.0
@@ -227,6 +223,25 @@ class ModelRuntime:
         self.totals = {"requests": 0, "aggregated_rows": 0, "slo_violations": 0, "shed": 0}
         self._warmed = False
         self._totals_lock = threading.Lock()
+
+    # -- the graph ------------------------------------------------------------------
+    @property
+    def graph(self):
+        """The newest version's base (its manifest, blobs and counts)."""
+        return self.versions.state.graph
+
+    @property
+    def structure(self) -> Structure:
+        return self.versions.structures[self.graph.prefix]
+
+    @property
+    def fetcher(self) -> KHopFetcher:
+        """A fetcher of the newest version."""
+        return self.fetcher_at(self.versions.state)
+
+    def fetcher_at(self, state: GraphState) -> KHopFetcher:
+        """A fetcher reading ``state`` (its base's structure and its changes)."""
+        return self.versions.fetchers[state.graph.prefix].at(state)
 
     # -- lifecycle -------------------------------------------------------------
     def start(self) -> None:
@@ -313,16 +328,14 @@ class ModelRuntime:
         if time.monotonic() < self._recheck_at:
             return False
         try:
-            graph = open_graph(self.serving.store, self.model.graph, verify="full")
-            structure = open_structure(graph, self.structure.budget_bytes)
+            open_graph(self.serving.store, self.model.graph, verify="full")
+            self.versions.reload()  # the base's structure read and verified again
         except Exception as exc:  # noqa: BLE001 - still broken (or unreachable): stay out
             self._recheck_s = min(QUARANTINE_RECHECK_MAX_S, 2 * self._recheck_s)
             self._recheck_at = time.monotonic() + self._recheck_s
             log.warning("model %s stays out of service: %s", self.name, exc)
             return False
-        self.graph, self.structure = graph, structure
-        self.fetcher = KHopFetcher(graph, structure=structure)
-        log.warning("model %s back in service: graph %s verified", self.name, graph.name)
+        log.warning("model %s back in service: graph %s verified", self.name, self.model.graph)
         self.out_of_service = None
         return True
 
@@ -338,7 +351,8 @@ class ModelRuntime:
             "parameters": {
                 "task": cfg.task,
                 "graph": self.model.graph,
-                "num_nodes": self.graph.num_nodes,
+                "num_nodes": self.versions.state.num_nodes,
+                "graph_version": self.versions.state.version,
                 "arch": cfg.arch,
                 "num_layers": cfg.num_layers,
                 # the per-hop sample the k-hop fetch takes (None: every neighbour),
@@ -348,7 +362,7 @@ class ModelRuntime:
                 "mode": self.model.mode,
                 "embeddings": self.model.embeddings,
                 **self.srpe_parameters(),
-                **new_vertex_parameters(self.graph.num_nodes, self.new_vertex_limits),
+                **new_vertex_parameters(self.versions.state.num_nodes, self.new_vertex_limits),
             },
         }
 
@@ -388,14 +402,20 @@ class ModelRuntime:
         timeout = self.serving.gateway.request_timeout_s
         left = timeout - max(0.0, self.clock.now() - accepted_at)
         with deadline.scope(left):
-            return self._admit_and_infer(body, accepted_at, left)
+            # the version this request runs on, from parse to answer (snapshot isolation)
+            state = self.versions.current()
+            return self._admit_and_infer(body, accepted_at, left, state)
 
     def _admit_and_infer(
-        self, body: bytes | dict | RawInferRequest, accepted_at: float, left: float
+        self,
+        body: bytes | dict | RawInferRequest,
+        accepted_at: float,
+        left: float,
+        state: GraphState,
     ) -> InferResponse:
         t0 = time.perf_counter()
         try:  # the cheap checks (parse, shape, ids) first: a 503 means only "valid, not now"
-            parsed = self._parse(body)
+            parsed = self._parse(body, state)
         except Exception:
             self.metrics.requests.labels(self.name, "unknown", "error").inc()
             raise
@@ -422,7 +442,9 @@ class ModelRuntime:
         parse_s = time.perf_counter() - t0
         kind = parsed[0].kind
         try:
-            result, kind, latency, queued = self._infer(parsed, accepted_at, t0, parse_s, left)
+            result, kind, latency, queued = self._infer(
+                parsed, accepted_at, t0, parse_s, left, state
+            )
         except (CorruptBlob, BlobNotFound) as exc:
             # never a wrong answer: the model stops serving until the store verifies
             self.admission.done(None)
@@ -440,20 +462,22 @@ class ModelRuntime:
         self.metrics.requests.labels(self.name, kind, "ok").inc()
         return result
 
-    def _parse(self, body: bytes | dict | RawInferRequest):
-        """The parsed request and its new-vertex overlay (``None``: none); every
-        input error is raised here, before admission."""
+    def _parse(self, body: bytes | dict | RawInferRequest, state: GraphState):
+        """The parsed request and its new-vertex overlay (``None``: none), at graph
+        version ``state``; every input error is raised here, before admission (a
+        vertex the version removed: 404)."""
+        graph = state.graph
         with self.metrics.stage(self.name, "parse"):
             body, added = split_new_vertex_inputs(body)
             overlay = parse_new_vertices(
                 added,
-                self.graph.num_nodes,
-                self.graph.manifest.feature_dim,
-                self.graph.manifest.symmetrized,
+                state.num_nodes,
+                graph.manifest.feature_dim,
+                graph.manifest.symmetrized,
                 self.new_vertex_limits,
-                id_map=self.id_map,
+                id_map=state.id_map,
             )
-            num_ids = self.graph.num_nodes if overlay is None else overlay.num_nodes
+            num_ids = state.num_nodes if overlay is None else overlay.num_nodes
             req = parse_infer_request(
                 self.name,
                 body,
@@ -461,12 +485,15 @@ class ModelRuntime:
                 max_targets=self.model.max_targets,
                 task=self.model_config.task,
                 limits=self.serving.limits,
-                id_map=self.id_map,
+                id_map=state.id_map,
             )
+            state.check_targets(req.targets)
+            if overlay is not None and overlay.src.size:
+                state.check_targets(overlay.src[overlay.src < state.num_nodes])
         return req, overlay
 
     def _infer(
-        self, parsed, accepted_at: float, t0: float, parse_s: float, left: float
+        self, parsed, accepted_at: float, t0: float, parse_s: float, left: float, state: GraphState
     ) -> tuple[InferResponse, str, float, float]:
         """The answer, the request kind, its latency and time queued (seconds);
         ``t0`` is when parsing began and ``parse_s`` how long it took."""
@@ -477,11 +504,11 @@ class ModelRuntime:
         t_parsed = time.perf_counter()
         with m.stage(self.name, "khop"):  # concurrent: no lock (storage/resident.py)
             stats = FetchStats()
-            fetcher = self.fetcher
+            fetcher = self.fetcher_at(state)
             predicted = self._predicted_rows(fetcher, req.targets)
             cg = self._graph_of(fetcher, req.targets, overlay, stats)
         t_submit = time.perf_counter()
-        pending = InferenceJob(req, cg, Future(), t0, overlay, predicted)
+        pending = InferenceJob(req, cg, Future(), t0, overlay, predicted, state=state)
         pending.future.set_running_or_notify_cancel()
         if self.buffers is None or overlay is not None:
             # a request's added edges change its stored neighbours: never merged
@@ -560,7 +587,8 @@ class ModelRuntime:
             merged = merge_computation_graphs([p.cg for p in pendings])
             return merged.graph, merged.request_rows, merged.separate_rows
         targets = [p.request.targets for p in pendings]
-        sg = self._graph_of(self.fetcher, np.concatenate(targets), None, FetchStats())
+        fetcher = self.fetcher_at(pendings[0].state) if pendings[0].state else self.fetcher
+        sg = self._graph_of(fetcher, np.concatenate(targets), None, FetchStats())
         bounds = np.cumsum([0] + [t.size for t in targets])
         rows = [sg.target_index[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
         return sg, rows, int(sum(p.cg.aggregated_rows() for p in pendings))
@@ -617,6 +645,34 @@ def load_structures(serving: ServingConfig) -> dict[str, Structure]:
     return out
 
 
+def open_versions(
+    serving: ServingConfig, name: str, preloaded: Structure | None = None
+) -> GraphVersions:
+    """Graph ``name``'s versions as the gateway reads them: each base's structure
+    resident or chunk-cached (``preloaded``: one already verified, used when it
+    is the current base's), its fetcher kept per base (``.fetchers``,
+    ``.structures``, by prefix)."""
+    backend = open_backend(serving.store)
+    budget = int(serving.gateway.structure_budget_mb * 2**20)
+    fetchers: dict[str, KHopFetcher] = {}
+    structures: dict[str, Structure] = {}
+
+    def open_base(prefix: str):
+        graph = GraphHandle(backend, name, prefix=prefix)
+        if preloaded is not None and preloaded.prefix == prefix and preloaded.resident:
+            structure = preloaded
+        else:
+            structure = open_structure(graph, budget)
+        log.info("graph %s (base %s): %s", name, prefix, structure.describe())
+        fetcher = KHopFetcher(graph, structure=structure)
+        fetchers[prefix], structures[prefix] = fetcher, structure
+        return graph, fetcher.base_neighbours
+
+    versions = GraphVersions(backend, name, open_base, freshness_s=serving.graphs.freshness_s)
+    versions.fetchers, versions.structures = fetchers, structures
+    return versions
+
+
 class DataPlane:
     """Every served model, the platform they run on, and the gateway's metrics.
     ``structures``: graphs' structures already loaded (:func:`load_structures`)."""
@@ -636,11 +692,18 @@ class DataPlane:
             serving.platform.kind, reaper_interval_s=None, **serving.platform.backend_kwargs()
         )
         self.models: dict[str, ModelRuntime] = {}
+        # one view per graph, shared by its models (storage/versions.py)
+        self.graphs: dict[str, GraphVersions] = {}
+        for m in serving.models:
+            if m.graph not in self.graphs:
+                pre = (structures or {}).get(m.graph)
+                self.graphs[m.graph] = open_versions(serving, m.graph, pre)
         for m in serving.models:
             self.models[m.name] = ModelRuntime(
-                serving, m, self.platform, self.metrics, self.clock, (structures or {}).get(m.graph)
+                serving, m, self.platform, self.metrics, self.clock, self.graphs[m.graph]
             )
             self.metrics.add_model(m.name)
+        self.updates = GraphUpdates(serving, self.graphs, self.metrics)
         self.metrics.add_collector(self._gauges)
         self.metrics.add_collector(self._storage_reads)
         self.metrics.add_collector(store_health_families)
@@ -649,6 +712,8 @@ class DataPlane:
     def start(self) -> None:
         for rt in self.models.values():
             rt.start()
+        for versions in self.graphs.values():  # newer versions found within freshness_s
+            versions.start()
         self._stop_keepalive = threading.Event()
         self._keepalive = threading.Thread(target=self._keepalive_loop, daemon=True)
         self._keepalive.start()
@@ -664,6 +729,9 @@ class DataPlane:
     def shutdown(self) -> None:
         if getattr(self, "_stop_keepalive", None) is not None:
             self._stop_keepalive.set()
+        for versions in self.graphs.values():
+            versions.stop()
+        self.updates.shutdown()
         for rt in self.models.values():
             rt.stop()
         self.platform.shutdown()

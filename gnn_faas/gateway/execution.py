@@ -20,13 +20,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gnn_faas import request_id
+from gnn_faas import graph_version, request_id
 from gnn_faas.functions.client import call_deadline
 from gnn_faas.gateway.buffer_pool import ClosedBuffer
 from gnn_faas.gateway.inference_request import InferenceRequest
 from gnn_faas.gateway.metrics import GatewayMetrics
 from gnn_faas.scheduler.orchestrator import Orchestrator, RunStats
 from gnn_faas.storage.computation_graph import ComputationGraph
+from gnn_faas.storage.graph_state import GraphState
 from gnn_faas.storage.overlay import GraphOverlay
 from gnn_faas.storage.srpe_graph import SrpeGraph
 
@@ -48,6 +49,11 @@ class InferenceJob:
     predicted_rows: float | None = None  # Σ PSGS of the targets, known before the fetch
     stages: dict | None = None
     trace: request_id.TraceContext | None = field(default_factory=request_id.current)
+    state: GraphState | None = None  # the graph version it runs on, start to end
+
+    @property
+    def version(self) -> int:
+        return 0 if self.state is None else self.state.version
 
 
 def stage_ms(stats: RunStats) -> dict[str, float]:
@@ -167,8 +173,20 @@ class Executions:
                 self.finished(duration, len(pendings), max(wait, 0.0), queued)
 
     def _execute_merged(self, pendings: list[InferenceJob], info: dict, closed_at: float) -> float:
-        """Run and answer the batch; returns its calls' queue waits in the
-        function pools (seconds; 0 when it failed)."""
+        """Run and answer the batch, one execution per graph version among its
+        requests (a buffer that closed across a version change: each runs on the
+        version it arrived on); returns the calls' queue waits in the function
+        pools (seconds; 0 for what failed)."""
+        groups: dict[int, list[InferenceJob]] = {}
+        for p in pendings:
+            groups.setdefault(p.version, []).append(p)
+        queued = 0.0
+        for version, group in sorted(groups.items()):
+            with graph_version.scope(version if group[0].state is not None else None):
+                queued += self._execute_version(group, info, closed_at)
+        return queued
+
+    def _execute_version(self, pendings: list[InferenceJob], info: dict, closed_at: float) -> float:
         try:
             with self.metrics.stage(self.name, "merge"):
                 graph, request_rows, separate_rows = self.merge(pendings)
@@ -205,7 +223,8 @@ class Executions:
 
     def _run_one(self, p: InferenceJob, info: dict, closed_at: float) -> None:
         try:
-            with self.metrics.stage(self.name, "execute"):
+            version = None if p.state is None else p.state.version
+            with self.metrics.stage(self.name, "execute"), graph_version.scope(version):
                 h, stats = self.orchestrator.run(
                     p.cg,
                     overlay=p.overlay,
@@ -224,7 +243,10 @@ class Executions:
         try:
             outputs = self.heads(pending.request, h, rows)
             wait = max(info["closed_at"] - pending.arrival, 0.0) * 1e3
-            pending.future.set_result((outputs, {**info, "buffer_wait_ms": wait}))
+            done = {**info, "buffer_wait_ms": wait}
+            if pending.state is not None:  # the version the answer was computed on
+                done["graph_version"] = pending.state.version
+            pending.future.set_result((outputs, done))
         except BaseException as exc:  # noqa: BLE001 - delivered to the waiting request
             pending.future.set_exception(exc)
 

@@ -269,6 +269,33 @@ def parse_infer_request(
     )
 
 
+def load_json(body: bytes | str, limits: LimitsConfig) -> Mapping[str, Any]:
+    """A body's JSON object, with the inference request's limits and messages."""
+    return _load_body(body, limits)[0]
+
+
+def read_tensors(
+    body: bytes | str | Mapping[str, Any] | RawInferRequest,
+    specs: tuple[InputSpec, ...],
+    limits: LimitsConfig,
+) -> dict[str, np.ndarray]:
+    """The named tensors of an OIP-shaped body (``{"inputs": [...]}``, JSON data or
+    the binary tensor extension), each checked against its spec; an input no
+    spec names is a 400. Other endpoints' tensors (graph updates) reuse the
+    inference request's parsing and bounds."""
+    doc, blob = _load_body(body, limits)
+    inputs = _inputs_by_name(doc.get("inputs"), limits)
+    known = {s.name: s for s in specs}
+    unknown = sorted(set(inputs) - set(known))
+    if unknown:
+        raise InvalidRequest(f"unexpected input(s) {unknown[:8]}; known: {sorted(known)}")
+    blobs = _split_binary(inputs, blob)
+    return {
+        name: _read_tensor(t, known[name], limits.max_values, blobs.get(name))
+        for name, t in inputs.items()
+    }
+
+
 def _request_id(doc: Mapping[str, Any], limits: LimitsConfig) -> str | None:
     req_id = doc.get("id")
     if req_id is not None and not isinstance(req_id, str):

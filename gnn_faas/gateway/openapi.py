@@ -32,7 +32,9 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 def _errors(*codes: int) -> dict[str, Any]:
     text = {
         400: "invalid request (the message names the field)",
-        404: "unknown model (or model version)",
+        401: "a write without 'Authorization: Bearer TOKEN' (WWW-Authenticate: Bearer)",
+        403: "a token that does not open this graph, or a graph no token opens",
+        404: "unknown model (or model version) or graph",
         413: "request beyond a configured limit",
         503: "overloaded or no instance available; retry after Retry-After seconds",
     }
@@ -175,8 +177,81 @@ def _schemas(limits: LimitsConfig) -> dict[str, Any]:
     }
 
 
-def build_openapi(models: list[str], limits: LimitsConfig | None = None) -> dict[str, Any]:
-    """The OpenAPI 3 document for a gateway serving ``models``."""
+def _graph_paths(graphs: list[str]) -> dict[str, Any]:
+    """``/v2/graphs``, ``/v2/graphs/{graph}`` and ``/v2/graphs/{graph}/updates``."""
+    graph = {
+        "name": "graph",
+        "in": "path",
+        "required": True,
+        "description": "a served graph",
+        "schema": {"type": "string", "enum": list(graphs)} if graphs else {"type": "string"},
+    }
+    edges = {"type": "array", "items": {"type": "array", "items": {"type": "integer"},
+                                       "minItems": 2, "maxItems": 2}}  # fmt: skip
+    ids = {"type": "array", "items": {"type": "integer"}}
+    rows = {"type": "array", "items": {"type": "array", "items": {"type": "number"}}}
+    batch = {
+        "type": "object",
+        "additionalProperties": False,
+        "description": "every field optional; (u, v): v aggregates from u",
+        "properties": {
+            "add_edges": edges,
+            "remove_edges": edges,
+            "remove_vertices": ids,
+            "add_vertices": {
+                "type": "object",
+                "required": ["features"],
+                "properties": {"features": rows, "labels": ids, "ids": ids},
+            },
+            "set_features": {
+                "type": "object",
+                "required": ["ids", "features"],
+                "properties": {"ids": ids, "features": rows},
+            },
+        },
+    }
+    info = {"type": "object", "required": ["graph", "version", "num_nodes", "num_edges"]}
+    return {
+        "/v2/graphs": {
+            "get": {
+                "summary": "the served graphs: version, counts, log size, last compaction",
+                "responses": {"200": _json({"type": "object"}, "graphs")},
+            }
+        },
+        "/v2/graphs/{graph}": {
+            "get": {
+                "summary": "a graph's version, counts, log size and last compaction",
+                "parameters": [graph],
+                "responses": {"200": _json(info, "graph state"), **_errors(404)},
+            }
+        },
+        "/v2/graphs/{graph}/updates": {
+            "post": {
+                "summary": "commit a batch of graph changes as one version (bearer token)",
+                "parameters": [graph],
+                "security": [{"bearer": []}],
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {"schema": batch},
+                        "application/octet-stream": {
+                            "schema": {"type": "string", "format": "binary"}
+                        },
+                    },  # fmt: skip
+                },
+                "responses": {
+                    "200": _json(info, "the version holding the batch, once durable"),
+                    **_errors(400, 401, 403, 404, 413, 503),
+                },
+            }
+        },
+    }
+
+
+def build_openapi(
+    models: list[str], limits: LimitsConfig | None = None, graphs: list[str] | None = None
+) -> dict[str, Any]:
+    """The OpenAPI 3 document for a gateway serving ``models`` on ``graphs``."""
     limits = limits or LimitsConfig()
     model = {
         "name": "name",
@@ -332,6 +407,7 @@ def build_openapi(models: list[str], limits: LimitsConfig | None = None) -> dict
         "description": "a version the model's metadata lists ('1'); another is 404",
         "schema": {"type": "string"},
     }
+    paths.update(_graph_paths(graphs or []))
     for suffix in ("", "/ready", "/infer"):  # OIP's versioned routes: the same operations
         item = paths[f"/v2/models/{{name}}{suffix}"]
         paths[f"/v2/models/{{name}}/versions/{{version}}{suffix}"] = {
@@ -347,5 +423,8 @@ def build_openapi(models: list[str], limits: LimitsConfig | None = None) -> dict
             "with the binary tensor data extension.",
         },
         "paths": paths,
-        "components": {"schemas": _schemas(limits)},
+        "components": {
+            "schemas": _schemas(limits),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
     }

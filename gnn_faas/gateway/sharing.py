@@ -86,6 +86,21 @@ class SharingIndex:
         self.mask = np.zeros(self.num_nodes, np.uint8) if self.num_slots <= 8 else None
         self._bits = (np.arange(256)[:, None] >> np.arange(self.num_slots)) & 1
 
+    def grow(self, num_nodes: int) -> None:
+        """Room for vertex ids up to ``num_nodes`` (a graph that gained vertices):
+        the tables grow by half at least, their counts kept."""
+        if num_nodes <= self.num_nodes:
+            return
+        n = max(int(num_nodes), self.num_nodes + self.num_nodes // 2 + 1)
+        counts = np.zeros((n, self.num_slots), dtype=self.counts.dtype)
+        counts[: self.num_nodes] = self.counts
+        self.counts = counts
+        if self.mask is not None:
+            mask = np.zeros(n, np.uint8)
+            mask[: self.num_nodes] = self.mask
+            self.mask = mask
+        self.num_nodes = n
+
     def overlaps(self, vertex_set: np.ndarray) -> np.ndarray:
         """``|U_s ∩ U_r|`` for every slot (int64 ``[num_slots]``)."""
         if vertex_set.size == 0:

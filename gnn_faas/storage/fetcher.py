@@ -17,6 +17,7 @@ every request and every merged batch (graph sharing stays exact).
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -27,6 +28,7 @@ import numpy as np
 from gnn_faas.errors import InvalidRequest
 from gnn_faas.storage.computation_graph import ComputationGraph
 from gnn_faas.storage.format import GraphHandle
+from gnn_faas.storage.graph_state import interleave
 from gnn_faas.storage.overlay import GraphOverlay, merge_segments
 from gnn_faas.storage.ranges import ByteBudget, RangeReader, ReadStats
 from gnn_faas.storage.request_cost import RequestCost
@@ -109,6 +111,7 @@ class KHopFetcher:
 
     def __init__(self, graph: GraphHandle, cost: RequestCost | None = None, structure=None):
         self.graph = graph
+        self.state = None  # a version's GraphState (at()): its changes over this base
         self.reader = RangeReader(graph.backend, cost)
         self.structure = structure
         if structure is None:
@@ -125,6 +128,19 @@ class KHopFetcher:
         self._indices_dtype = np.dtype(graph.info("indices").dtype)
         self._features = graph.info("features")
         self._features_path = graph.path("features")
+
+    def at(self, state) -> KHopFetcher:
+        """This fetcher reading graph version ``state`` (a
+        :class:`~gnn_faas.storage.graph_state.GraphState` over this base): the
+        same readers and figures, the version's changed lists, rows and vertex
+        count."""
+        out = copy.copy(self)
+        out.state = state if state is not None and state.version > state.base_version else None
+        return out
+
+    @property
+    def num_nodes(self) -> int:
+        return self.graph.num_nodes if self.state is None else self.state.num_nodes
 
     @property
     def stats(self) -> ReadStats:
@@ -163,7 +179,7 @@ class KHopFetcher:
         if ids.size and not np.issubdtype(ids.dtype, np.integer):
             raise InvalidRequest(f"{what} must be integers")
         ids = ids.astype(np.int64, copy=False)
-        n = self.graph.num_nodes if overlay is None else overlay.num_nodes
+        n = self.num_nodes if overlay is None else overlay.num_nodes
         bad = (ids < 0) | (ids >= n)
         if bad.any():
             raise InvalidRequest(
@@ -198,6 +214,24 @@ class KHopFetcher:
             counts[stored] = c_s
             c_o, extra = overlay.in_edges(v)
             return merge_segments(counts, nbrs, c_o, extra)
+        state = self.state
+        if state is not None and state.has_changes:
+            changed = state.is_changed(v)
+            if changed.any():  # a version's changed lists, the rest from the base
+                c_b, n_b = self.base_neighbours(v[~changed], budget)
+                c_c, n_c = state.changed_lists(v[changed])
+                return interleave(changed, c_b, n_b, c_c, n_c)
+        return self.base_neighbours(v, budget)
+
+    def base_neighbours(
+        self, vertices: np.ndarray, budget: ByteBudget | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """In-neighbours of base vertices as the base stores them (no version's changes)."""
+        v = np.asarray(vertices, dtype=np.int64)
+        if v.size == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        if budget is None:
+            budget = self.structure_budget()
         reader = self.structure_reader
         raw = reader.read(self._indptr_path, v * 8, v * 8 + 16, budget)
         bounds = raw.view("<i8").reshape(-1, 2)
@@ -336,7 +370,11 @@ class KHopFetcher:
         the overlay's added in-edges included."""
         v = np.asarray(vertices, dtype=np.int64)
         deg = np.zeros(v.size, np.int64)
-        stored = v < self.graph.num_nodes
+        stored = v < self.num_nodes
+        if self.state is not None and self.state.has_changes:
+            changed = stored & self.state.is_changed(v)
+            deg[changed] = self.state.changed_lists(v[changed])[0]
+            stored &= ~changed
         s = v[stored]
         if s.size:
             budget = self.structure_budget() if budget is None else budget
@@ -362,7 +400,15 @@ class KHopFetcher:
         """
         v = np.asarray(vertices, dtype=np.int64)
         loops = np.zeros(v.size, np.int64)
-        stored = v < self.graph.num_nodes
+        stored = v < self.num_nodes
+        if self.state is not None and self.state.has_changes:
+            changed = stored & self.state.is_changed(v)
+            if changed.any():
+                c, nb = self.state.changed_lists(v[changed])
+                owner = np.repeat(np.arange(c.size), c)
+                hits = nb == v[changed][owner]
+                loops[changed] = np.bincount(owner[hits], minlength=c.size)
+            stored &= ~changed
         s = v[stored]
         recorded = self.graph.manifest.extra.get("self_loops")
         if s.size and self.graph.has("self_loops"):
@@ -396,6 +442,11 @@ class KHopFetcher:
         info = self.graph.info(key)
         ids = np.asarray(ids, dtype=np.int64)
         rb = info.row_bytes
+        stored = ids < self.graph.num_nodes
+        if not stored.all():  # a vertex a version added has no row in the base's blobs
+            out = np.zeros((ids.size, *info.shape[1:]), dtype=info.dtype)
+            out[stored] = self.read_rows(key, ids[stored], budget)
+            return out
         raw = self.reader_for(key).read(self.graph.path(key), ids * rb, ids * rb + rb, budget)
         return raw.view(info.dtype).reshape(ids.size, *info.shape[1:])
 
@@ -430,6 +481,15 @@ class KHopFetcher:
             )
             out[new] = overlay.rows(ids[new])
             return out
+        if self.state is not None:
+            own = self.state.features.has_row(ids)
+            if own.any():  # rows a version set come from its log, the rest from the base
+                out = np.empty((ids.size, self._features.shape[1]), np.float32)
+                out[own] = self.state.features.rows(ids[own])
+                out[~own] = self.at(None).read_features(
+                    ids[~own], stats, budget=budget, max_buffer_bytes=max_buffer_bytes
+                )
+                return out
         with self.reader.recording() as rec:
             rows = self._read_rows_streamed(ids, budget, max_buffer_bytes)
         if stats is not None:

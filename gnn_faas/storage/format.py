@@ -304,17 +304,21 @@ class GraphHandle:
     or ``"full"`` (also the sha256 of every blob).
     """
 
-    def __init__(self, backend: StorageBackend, name: str, verify: str = "size"):
+    def __init__(
+        self, backend: StorageBackend, name: str, verify: str = "size", prefix: str | None = None
+    ):
         if verify not in ("size", "full", "none"):
             raise ValueError(f"verify must be 'size', 'full' or 'none', not {verify!r}")
         validate_name(name)
         self.backend = backend
         self.name = name
+        # where the blobs lie: the graph's own prefix, or a compacted base under it
+        self.prefix = prefix or name
         try:
-            raw = backend.cat_file(f"{name}/{MANIFEST}")
+            raw = backend.cat_file(f"{self.prefix}/{MANIFEST}")
         except BlobNotFound:
             raise NotFound(f"no graph {name!r} in store {backend.uri}") from None
-        self.manifest = Manifest.from_json(raw, where=f"{name}/{MANIFEST}")
+        self.manifest = Manifest.from_json(raw, where=f"{self.prefix}/{MANIFEST}")
         if verify != "none":
             self.verify(full=verify == "full")
 
@@ -327,7 +331,7 @@ class GraphHandle:
             if info.chunk_bytes:
                 files.append((info.chunks_file, info.num_chunks * DIGEST_BYTES, info.chunks_sha256))
             for file, nbytes, sha in files:
-                path = f"{self.name}/{file}"
+                path = f"{self.prefix}/{file}"
                 try:
                     size = self.backend.size(path)
                 except BlobNotFound:
@@ -355,7 +359,7 @@ class GraphHandle:
         info = self.info(key)
         if not info.chunk_bytes:
             return None
-        raw = self.backend.cat_file(f"{self.name}/{info.chunks_file}")
+        raw = self.backend.cat_file(f"{self.prefix}/{info.chunks_file}")
         if len(raw) != info.num_chunks * DIGEST_BYTES:
             raise CorruptBlob(
                 f"graph {self.name!r}: blob {info.chunks_file!r} has {len(raw)} bytes, "
@@ -403,7 +407,7 @@ class GraphHandle:
             raise NotFound(f"graph {self.name!r} has no {key!r} blob") from None
 
     def path(self, key: str) -> str:
-        return f"{self.name}/{self.info(key).file}"
+        return f"{self.prefix}/{self.info(key).file}"
 
     def read_blob(self, key: str) -> np.ndarray:
         """A whole blob as an array of its manifest dtype and shape, checked
@@ -416,11 +420,68 @@ class GraphHandle:
         return np.frombuffer(data, dtype=info.dtype).reshape(info.shape)
 
 
+# -- versions (storage/versions.py): the pointer a graph's readers start from -------------
+VERSIONS_DIR = "versions"
+VERSION_HINT = "LATEST"
+
+
+def version_key(name: str, version: int) -> str:
+    """Where version ``version``'s record of graph ``name`` lies."""
+    return f"{name}/{VERSIONS_DIR}/{int(version):012d}.json"
+
+
+def read_version(backend: StorageBackend, name: str, version: int) -> dict | None:
+    """The record of ``version`` (``None``: no such version)."""
+    try:
+        raw = backend.cat_file(version_key(name, version))
+    except BlobNotFound:
+        return None
+    try:
+        rec = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CorruptBlob(f"graph {name!r}: version {version} record is not JSON ({exc})") from None
+    if not isinstance(rec, dict) or rec.get("version") != version or "base" not in rec:
+        raise CorruptBlob(f"graph {name!r}: version {version} record is malformed")
+    return rec
+
+
+def latest_version(backend: StorageBackend, name: str) -> dict | None:
+    """The newest version record of ``name``, or ``None`` for a graph never
+    updated (its version 0 is the graph as written). The hint names a recent
+    version; the versions after it are probed one by one (usually none)."""
+    try:
+        v = int(backend.cat_file(f"{name}/{VERSIONS_DIR}/{VERSION_HINT}").decode().strip())
+    except (BlobNotFound, ValueError, UnicodeDecodeError):
+        v = 0
+    rec = read_version(backend, name, v) if v > 0 else None
+    if rec is None and v > 0:  # the hinted record already collected: the newest listed one
+        listed = [
+            int(k.rsplit("/", 1)[1][:-5])
+            for k in backend.ls(f"{name}/{VERSIONS_DIR}/")
+            if k.endswith(".json") and k.rsplit("/", 1)[1][:-5].isdigit()
+        ]
+        rec = read_version(backend, name, max(listed)) if listed else None
+    while True:
+        nxt = read_version(backend, name, (rec["version"] if rec else 0) + 1)
+        if nxt is None:
+            return rec
+        rec = nxt
+
+
 def open_graph(store: StorageBackend | str, name: str, verify: str = "size") -> GraphHandle:
+    """The graph's current base: as written, or the latest compaction's."""
     backend = open_backend(store) if isinstance(store, str) else store
-    return GraphHandle(backend, name, verify=verify)
+    validate_name(name)
+    rec = latest_version(backend, name)
+    prefix = rec["base"] if rec is not None else None
+    return GraphHandle(backend, name, verify=verify, prefix=prefix)
 
 
 def list_graphs(store: StorageBackend | str) -> list[str]:
     backend = open_backend(store) if isinstance(store, str) else store
-    return sorted(k[: -len(MANIFEST) - 1] for k in backend.ls("") if k.endswith("/" + MANIFEST))
+    names = set()
+    for key in backend.ls(""):
+        top, _, rest = key.partition("/")
+        if rest == MANIFEST or rest.startswith(f"{VERSIONS_DIR}/"):
+            names.add(top)
+    return sorted(names)

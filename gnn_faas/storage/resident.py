@@ -146,6 +146,7 @@ class Structure:
     nbytes: int
     budget_bytes: int
     keys: tuple[str, ...]
+    prefix: str = ""  # the base it belongs to
 
     def describe(self) -> str:
         mib = self.nbytes / 2**20
@@ -188,7 +189,7 @@ def open_structure(graph: GraphHandle, budget_bytes: int) -> Structure:
         )
         blobs = {graph.path(k): a for k, a in arrays.items()}
         backend = MemoryBackend(f"memory://{graph.name}", blobs)
-        return Structure(backend, True, total, int(budget_bytes), keys)
+        return Structure(backend, True, total, int(budget_bytes), keys, graph.prefix)
     specs = {}
     for k in keys:
         info = graph.info(k)
@@ -202,7 +203,7 @@ def open_structure(graph: GraphHandle, budget_bytes: int) -> Structure:
             graph.name,
         )
     backend = ChunkedReads(graph.backend, specs, cache_bytes=int(budget_bytes))
-    return Structure(backend, False, total, int(budget_bytes), keys)
+    return Structure(backend, False, total, int(budget_bytes), keys, graph.prefix)
 
 
 # blobs up to this size are read whole and checked at a gateway's start; larger

@@ -86,10 +86,12 @@ class StagedGraphWriter:
     Use as a context manager: leaving the block by an exception aborts.
     """
 
-    def __init__(self, store: StorageBackend | str, name: str):
+    def __init__(self, store: StorageBackend | str, name: str, prefix: str | None = None):
         validate_name(name)
         self.backend = open_backend(store) if isinstance(store, str) else store
         self.name = name
+        # where the blobs go: the graph's prefix, or a compacted base under it
+        self.prefix = prefix or name
         if isinstance(self.backend, FileBackend):
             self.backend.root.mkdir(parents=True, exist_ok=True)
             self.stage = Path(
@@ -155,9 +157,9 @@ class StagedGraphWriter:
             extra=dict(extra or {}),
         )
         # the old manifest goes first: no reader pairs it with the new blobs
-        self.backend.rm(f"{self.name}/{MANIFEST}")
+        self.backend.rm(f"{self.prefix}/{MANIFEST}")
         if isinstance(self.backend, FileBackend):
-            target = self.backend.root / self.name
+            target = self.backend.root / self.prefix
             target.mkdir(parents=True, exist_ok=True)
             for info in self.blobs.values():
                 os.replace(self.stage / info.chunks_file, target / info.chunks_file)
@@ -165,9 +167,9 @@ class StagedGraphWriter:
             self.backend.close()  # drop memory maps of replaced blobs
         else:
             for info in self.blobs.values():
-                self._upload(self.stage / info.chunks_file, f"{self.name}/{info.chunks_file}")
-                self._upload(self.stage / info.file, f"{self.name}/{info.file}")
-        self.backend.pipe_file(f"{self.name}/{MANIFEST}", manifest.to_json().encode())
+                self._upload(self.stage / info.chunks_file, f"{self.prefix}/{info.chunks_file}")
+                self._upload(self.stage / info.file, f"{self.prefix}/{info.file}")
+        self.backend.pipe_file(f"{self.prefix}/{MANIFEST}", manifest.to_json().encode())
         shutil.rmtree(self.stage, ignore_errors=True)
         return manifest
 

@@ -39,7 +39,7 @@ def verify_graph(graph: GraphHandle, add_digests: bool = False) -> dict:
                 graph.check_chunks(key, data)
             elif add_digests:
                 _, chunk, digests = chunk_digests(data)
-                graph.backend.pipe_file(f"{graph.name}/{info.chunks_file}", digests)
+                graph.backend.pipe_file(f"{graph.prefix}/{info.chunks_file}", digests)
                 new_infos[key] = dataclasses.replace(
                     info, chunk_bytes=chunk, chunks_sha256=hashlib.sha256(digests).hexdigest()
                 )
@@ -67,7 +67,7 @@ def verify_graph(graph: GraphHandle, add_digests: bool = False) -> dict:
     if new_infos and report["ok"]:
         blobs = {**graph.manifest.blobs, **new_infos}
         manifest = dataclasses.replace(graph.manifest, blobs=blobs)
-        graph.backend.pipe_file(f"{graph.name}/{MANIFEST}", manifest.to_json().encode())
+        graph.backend.pipe_file(f"{graph.prefix}/{MANIFEST}", manifest.to_json().encode())
         graph.manifest = manifest
         report["digests_added"] = sorted(new_infos)
     return report

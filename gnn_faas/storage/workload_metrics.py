@@ -136,7 +136,7 @@ def compute_and_store(
     arrays = {"psgs": psgs(indptr, indices, fanouts), "fap": fap(indptr, indices, fanouts, r)}
     blobs = dict(graph.manifest.blobs)
     for key, arr in arrays.items():
-        blobs[key] = put_blob(graph.backend, graph.name, key, np.asarray(arr, dtype="<f4"))
+        blobs[key] = put_blob(graph.backend, graph.prefix, key, np.asarray(arr, dtype="<f4"))
     meta = {
         "fanouts": [-1 if f is None else int(f) for f in fanouts],
         "fap_distribution": distribution,
@@ -145,7 +145,7 @@ def compute_and_store(
     }
     extra = {**graph.manifest.extra, "workload_metrics": meta}
     manifest: Manifest = dataclasses.replace(graph.manifest, blobs=blobs, extra=extra)
-    graph.backend.pipe_file(f"{graph.name}/{MANIFEST}", manifest.to_json().encode())
+    graph.backend.pipe_file(f"{graph.prefix}/{MANIFEST}", manifest.to_json().encode())
     graph.manifest = manifest
     return {
         **meta,

@@ -213,7 +213,10 @@ def test_openapi_document_describes_every_endpoint(live_gateway):
     doc = requests.get(f"{live_gateway.url}/v2/openapi.json", timeout=10).json()
     assert doc["openapi"].startswith("3.")
     routes = {
-        str(rule).replace("<name>", "{name}").replace("<version>", "{version}")
+        str(rule)
+        .replace("<name>", "{name}")
+        .replace("<version>", "{version}")
+        .replace("<graph>", "{graph}")
         for rule in live_gateway.app.url_map.iter_rules()
         if rule.endpoint != "static"
     }

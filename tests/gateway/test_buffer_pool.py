@@ -180,9 +180,13 @@ def test_snapshot_and_errors():
     with pytest.raises(InvalidRequest, match="already waiting"):
         pool.submit("a", np.array([4]))
     with pytest.raises(InvalidRequest):
-        pool.submit("b", np.array([1000]))
+        pool.submit("b", np.array([-1]))
     with pytest.raises(InvalidRequest):
         pool.submit("c", np.array([1]), slo_s=0)
+    # a vertex beyond the pool's tables (a graph that gained vertices): they grow
+    before = pool.num_nodes
+    pool.submit("d", np.array([1, before + 5]))
+    assert pool.num_nodes > before + 5
     pool.stop()  # never started: flushes
     assert [c.reason for c in rec.closed] == ["shutdown"]
 

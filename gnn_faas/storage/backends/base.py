@@ -96,6 +96,17 @@ class StorageBackend(ABC):
     def rm(self, path: str) -> None:
         """Delete ``path``; absent paths are ignored."""
 
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        """Create ``path`` with ``data`` only if it does not exist: ``True`` when this
+        call created it, ``False`` when it existed. The one atomic step a versioned
+        graph's commits rely on (storage/versions.py). This default checks, then
+        writes: correct for one writer only; every backend overrides it with an
+        atomic create (file: link, S3: a conditional PUT, Redis: SET NX)."""
+        if self.exists(path):
+            return False
+        self.pipe_file(path, data)
+        return True
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections or descriptors."""
 

@@ -129,6 +129,33 @@ class FileBackend(StorageBackend):
         os.replace(tmp, target)
         self._maps.pop(path, None)
 
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        """Write a temporary file, flush it to disk, then hard-link it into place:
+        ``link`` fails when the target exists, so of two writers exactly one
+        creates it, and a reader never sees it half written."""
+        target = self._path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, target)
+        except FileExistsError:
+            return False
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        with contextlib.suppress(OSError):  # the new name durable too
+            fd = os.open(target.parent, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self._maps.pop(path, None)
+        return True
+
     def rm(self, path: str) -> None:
         self._maps.pop(path, None)
         with contextlib.suppress(FileNotFoundError):

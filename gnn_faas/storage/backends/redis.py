@@ -360,6 +360,30 @@ class RedisBackend(StorageBackend):
             pipe.delete(*keys[lo : lo + _DEL_BATCH])
         pipe.execute()
 
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        """The chunks of a new generation, then its meta key with ``SET NX``: the
+        one atomic step. A writer that loses deletes its chunks."""
+        if not path:
+            raise InvalidRequest("empty blob key")
+        view = memoryview(data).cast("B")
+
+        def create() -> bool:
+            meta_key = self._meta_key(path)
+            new = ChunkMeta(view.nbytes, self.chunk_size, secrets.token_hex(6))
+            base = self._chunk_base(path, new.gen)
+            c = new.chunk
+            pipe = self._client.pipeline(transaction=False)
+            for i in range(new.num_chunks):
+                pipe.set(f"{base}{i}", view[i * c : (i + 1) * c])
+            pipe.execute()
+            if self._client.set(meta_key, new.encode(), nx=True):
+                self._metas[path] = new
+                return True
+            self._delete_chunks(path, new)
+            return False
+
+        return self._call(path, create)
+
     def rm(self, path: str) -> None:
         meta_key = self._meta_key(path)
 

@@ -369,6 +369,32 @@ class S3Backend(StorageBackend):
                 self._client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
             raise
 
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        """A conditional PUT (``If-None-Match: *``, S3's conditional writes): a
+        412 means the object exists. The object is then read back and compared,
+        so a server that checks and writes in two steps (moto) cannot let two
+        writers both believe they created it."""
+        key = self._key(path)
+        body = bytes(data)
+
+        def put() -> bool:
+            try:
+                self._client.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*")
+            except ClientError as exc:
+                code = str(exc.response.get("Error", {}).get("Code", ""))
+                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+                if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (
+                    409,
+                    412,
+                ):
+                    return False
+                raise
+            return True
+
+        if not self._call(path, put):
+            return False
+        return self._get(path, None, None) == body
+
     def rm(self, path: str) -> None:
         key = self._key(path)
         self._call(path, lambda: self._client.delete_object(Bucket=self.bucket, Key=key))

@@ -1,0 +1,250 @@
+"""Compaction: a versioned graph's base and log folded into a new base.
+
+:func:`compact` reads the newest version ``v`` (base plus log), writes the
+graph as of ``v`` in the store format under ``NAME/base-v/`` (blobs staged,
+the manifest last: storage/staged_writer.py), then publishes the next
+version with that base and only the segments committed after ``v`` (a writer
+may commit while it runs: the new record keeps its segment). Nothing is
+renumbered: a removed vertex stays an isolated vertex with no edges, listed in
+the manifest (``extra["removed_vertices"]``), so answers, caches and ids
+hold across it; a renumbered graph keeps its user ids.
+
+What the new base no longer needs (the old base unless it is the graph as
+first written, the folded segments, older version records) is not deleted at
+once: requests still running on older versions may read it. It is listed in
+``NAME/gc.json`` with the time after which it may go (``grace_s``, longer than
+any request's deadline) and deleted by a later compaction.
+
+Killed at any moment, a compaction loses nothing: until the new record is
+published the previous version is served and ``base-v`` is unreferenced; the
+next run writes it again (or, when the log moved on, removes it with the
+other leftovers).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from gnn_faas.errors import BlobNotFound
+from gnn_faas.storage.backends.base import StorageBackend
+from gnn_faas.storage.format import GraphHandle, self_loop_counts, version_key
+from gnn_faas.storage.graph_state import GraphState
+from gnn_faas.storage.staged_writer import StagedGraphWriter
+from gnn_faas.storage.versions import (
+    VersionRecord,
+    base_prefix,
+    latest,
+    publish,
+    read_delta,
+)
+
+log = logging.getLogger("gnn_faas.storage")
+
+GC_KEY = "gc.json"
+DEFAULT_GRACE_S = 120.0  # over the default request deadline (30 s) with room to spare
+ROWS_PER_CHUNK = 1 << 16  # feature rows written per chunk: memory stays bounded
+
+
+def state_of(
+    backend: StorageBackend, rec: VersionRecord
+) -> tuple[GraphState, tuple[np.ndarray, np.ndarray]]:
+    """The graph at ``rec`` and its base's CSR, read whole (compaction reads every
+    list anyway)."""
+    graph = GraphHandle(backend, rec.graph, verify="size", prefix=rec.base)
+    indptr = graph.read_blob("indptr").astype(np.int64)
+    indices = graph.read_blob("indices")
+
+    def base_lists(v: np.ndarray):
+        lo, hi = indptr[v], indptr[v + 1]
+        counts = hi - lo
+        total = int(counts.sum())
+        starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
+        return counts, indices[starts + np.arange(total)].astype(np.int64)
+
+    state = GraphState.of_base(graph, base_lists, version=rec.base_version)
+    for version, key, nbytes in rec.segments:
+        state = state.apply(read_delta(backend, key), version, key, nbytes)
+    return state, (indptr, indices)
+
+
+def merged_csr(
+    state: GraphState, base_csr: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(indptr, indices)`` of the whole graph at ``state``: the base's lists,
+    each changed vertex's list in its place, added vertices at the end."""
+    indptr, indices = base_csr
+    n, base_n = state.num_nodes, state.base_nodes
+    counts = np.zeros(n, np.int64)
+    counts[:base_n] = np.diff(indptr)
+    changed = np.zeros(n, bool)
+    changed[state.ch_ids] = True
+    counts[state.ch_ids] = np.diff(state.ch_ptr)
+    out_ptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    out = np.empty(int(out_ptr[-1]), dtype=indices.dtype if n < 2**31 else np.int64)
+    # unchanged base vertices: their stored segments, moved to their new offsets
+    keep = np.flatnonzero(~changed[:base_n])
+    for a in range(0, keep.size, ROWS_PER_CHUNK * 16):  # bounded index arrays
+        v = keep[a : a + ROWS_PER_CHUNK * 16]
+        c = counts[v]
+        total = int(c.sum())
+        if total == 0:
+            continue
+        offs = np.arange(total) - np.repeat(np.cumsum(c) - c, c)
+        out[np.repeat(out_ptr[v], c) + offs] = indices[np.repeat(indptr[v], c) + offs]
+    c = np.diff(state.ch_ptr)
+    if c.size and int(c.sum()):
+        offs = np.arange(int(c.sum())) - np.repeat(np.cumsum(c) - c, c)
+        out[np.repeat(out_ptr[state.ch_ids], c) + offs] = state.ch_idx
+    return out_ptr, out
+
+
+def compact(
+    backend: StorageBackend, name: str, grace_s: float = DEFAULT_GRACE_S, now=time.time
+) -> dict:
+    """Fold ``name``'s log into a new base (see the module docstring); what it did."""
+    t0 = time.perf_counter()
+    collected = collect_garbage(backend, name, now())
+    rec = latest(backend, name)
+    if rec.version == rec.base_version:
+        return {"graph": name, "compacted": False, "version": rec.version, "deleted": collected}
+    state, base_csr = state_of(backend, rec)
+    prefix = base_prefix(name, rec.version)
+    write_base(backend, state, base_csr, prefix)
+    folded = rec.version
+    while True:  # publish the next version on the new base, keeping later segments
+        head = latest(backend, name)
+        after = tuple(s for s in head.segments if s[0] > folded)
+        seconds = time.perf_counter() - t0
+        new = replace(
+            head,
+            version=head.version + 1,
+            base=prefix,
+            base_version=folded,
+            segments=after,
+            created=now(),
+            commit=f"compaction-{folded}",
+            last_compaction={"at": now(), "seconds": seconds, "version": folded},
+        )
+        if publish(backend, new):
+            break
+    garbage = [k for _, k, _ in rec.segments]
+    garbage += [version_key(name, v) for v in range(max(1, rec.base_version), folded)]
+    if rec.base != name:  # a compacted base: everything under its prefix
+        garbage += backend.ls(rec.base + "/")
+    else:  # the graph as first written: its manifest and blobs (not its log, embeddings...)
+        garbage += [k for k in backend.ls(name + "/") if "/" not in k[len(name) + 1 :]
+                    and k != f"{name}/{GC_KEY}"]  # fmt: skip
+    schedule_garbage(backend, name, garbage, now() + grace_s)
+    out = {
+        "graph": name,
+        "compacted": True,
+        "version": new.version,
+        "folded_version": folded,
+        "base": prefix,
+        "num_nodes": state.num_nodes,
+        "num_edges": state.num_edges,
+        "segments_folded": len(rec.segments),
+        "seconds": time.perf_counter() - t0,
+        "deleted": collected,
+    }
+    log.info("graph %s compacted at version %d in %.2f s", name, folded, out["seconds"])
+    return out
+
+
+def write_base(
+    backend: StorageBackend,
+    state: GraphState,
+    base_csr: tuple[np.ndarray, np.ndarray],
+    prefix: str,
+) -> None:
+    """The graph at ``state`` in the store format under ``prefix``."""
+    graph = state.graph
+    ptr, idx = merged_csr(state, base_csr)
+    n, base_n = state.num_nodes, state.base_nodes
+    feats = state.features
+    with StagedGraphWriter(backend, graph.name, prefix=prefix) as w:
+        w.write_array("indptr", ptr)
+        w.write_array("indices", idx)
+        info = graph.info("features")
+        stream = w.blob("features", info.dtype, (n, *info.shape[1:]))
+        for a in range(0, n, ROWS_PER_CHUNK):  # base rows, then each set row in its place
+            b = min(n, a + ROWS_PER_CHUNK)
+            rows = np.zeros((b - a, *info.shape[1:]), dtype=info.dtype)
+            if a < base_n:
+                stop = min(b, base_n)
+                raw = graph.backend.cat_file(graph.path("features"), a * info.row_bytes,
+                                             stop * info.row_bytes)  # fmt: skip
+                rows[: stop - a] = np.frombuffer(raw, info.dtype).reshape(stop - a, -1)
+            lo, hi = np.searchsorted(feats.feat_ids, [a, b])
+            rows[feats.feat_ids[lo:hi] - a] = feats.feat_rows[lo:hi]
+            stream.write(rows)
+        w.finish(stream)
+        w.write_array("degree", np.bincount(idx, minlength=n).astype("<i4"))
+        loops = self_loop_counts(ptr, idx)
+        if loops.any():
+            w.write_array("self_loops", loops.astype("<i4"))
+        _extended(w, graph, "labels", n, np.concatenate(
+            (graph.read_blob("labels"), feats.new_labels)) if graph.has("labels") else None)  # fmt: skip
+        for key, fill in (("node_ids", -1), ("split", 2), ("psgs", 0), ("fap", 0)):
+            if graph.has(key):
+                old = graph.read_blob(key)
+                _extended(
+                    w, graph, key, n, np.concatenate((old, np.full(n - old.size, fill, old.dtype)))
+                )
+        if graph.has("user_ids"):  # added vertices keep their id in both numberings
+            old = graph.read_blob("user_ids")
+            _extended(w, graph, "user_ids", n, np.concatenate((old, np.arange(old.size, n))))
+        if graph.has("request_order"):
+            w.write_array("request_order", graph.read_blob("request_order"))
+        extra = dict(graph.manifest.extra)
+        extra["self_loops"] = int(loops.sum())
+        extra["removed_vertices"] = feats.removed.tolist()
+        extra["compacted_from_version"] = state.version
+        if "workload_metrics" in extra:  # PSGS and FAP of the base: approximate from now
+            extra["workload_metrics"] = {**extra["workload_metrics"],
+                                         "approximate_since_version": state.base_version}  # fmt: skip
+        w.publish(
+            num_nodes=n,
+            num_edges=int(idx.size),
+            feature_dim=graph.manifest.feature_dim,
+            symmetrized=graph.manifest.symmetrized,
+            num_classes=graph.manifest.num_classes,
+            extra=extra,
+        )
+
+
+def _extended(w: StagedGraphWriter, graph: GraphHandle, key: str, n: int, arr) -> None:
+    if arr is not None:
+        w.write_array(key, np.ascontiguousarray(arr[:n], dtype=graph.info(key).dtype))
+
+
+# -- deferred deletion -------------------------------------------------------------
+def _gc_list(backend: StorageBackend, name: str) -> list[dict]:
+    try:
+        return json.loads(backend.cat_file(f"{name}/{GC_KEY}"))
+    except (BlobNotFound, ValueError):
+        return []
+
+
+def schedule_garbage(backend: StorageBackend, name: str, keys: list[str], after: float) -> None:
+    """List ``keys`` for deletion once ``after`` (unix seconds) has passed."""
+    entries = _gc_list(backend, name) + [{"key": k, "after": after} for k in keys]
+    backend.pipe_file(f"{name}/{GC_KEY}", json.dumps(entries).encode())
+
+
+def collect_garbage(backend: StorageBackend, name: str, now: float) -> int:
+    """Delete the listed keys whose time has come; how many."""
+    entries = _gc_list(backend, name)
+    due = [e for e in entries if e["after"] <= now]
+    if not due:
+        return 0
+    for e in due:
+        backend.rm(e["key"])
+    rest = [e for e in entries if e["after"] > now]
+    backend.pipe_file(f"{name}/{GC_KEY}", json.dumps(rest).encode())
+    return len(due)

@@ -1,0 +1,421 @@
+"""A graph at one version: its base plus the changes of its log, immutable.
+
+A versioned graph (storage/versions.py) is an immutable base in the store
+format plus delta segments (storage/delta.py). :class:`GraphState` is one
+version of it in memory, built by applying the segments to the base in order:
+
+- ``changed``: the full in-neighbour list of every vertex whose in-edges any
+  segment changed (and of every added vertex), as a small CSR over sorted
+  ids; any other vertex's list is the base's (read from the resident or
+  chunk-cached structure);
+- :class:`FeatureState`: the feature rows set since the base (added and
+  replaced vertices, the latest value each), the labels of added vertices,
+  the removed vertices and the vertex count.
+
+A state never changes: :meth:`GraphState.apply` returns the next one, so a
+request holds one state from start to end (snapshot isolation) while newer
+ones are built beside it. :meth:`GraphState.prepare` checks a client's batch
+against the state (the first offending row named, nothing applied) and spells
+out what it implies. Memory functions keep only a :class:`FeatureState`: the
+gateway sends them the structure of each request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from gnn_faas.errors import InvalidRequest, NotFound
+from gnn_faas.storage.delta import Delta, UpdateBatch
+from gnn_faas.storage.format import GraphHandle
+from gnn_faas.storage.reorder import IdMap
+
+
+def _csr_rows(ids: np.ndarray, ptr: np.ndarray, idx: np.ndarray, want: np.ndarray):
+    """``(counts, values)`` of rows ``want`` (each in sorted ``ids``) of a small CSR."""
+    pos = np.searchsorted(ids, want)
+    lo, hi = ptr[pos], ptr[pos + 1]
+    counts = (hi - lo).astype(np.int64)
+    total = int(counts.sum())
+    if total == 0:
+        return counts, np.zeros(0, np.int64)
+    starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
+    return counts, idx[starts + np.arange(total)]
+
+
+def _member(sorted_ids: np.ndarray, v: np.ndarray) -> np.ndarray:
+    if sorted_ids.size == 0:
+        return np.zeros(np.shape(v), bool)
+    pos = np.searchsorted(sorted_ids, v)
+    pos[pos == sorted_ids.size] = 0
+    return sorted_ids[pos] == v
+
+
+def interleave(
+    mask: np.ndarray,
+    counts_a: np.ndarray,
+    values_a: np.ndarray,
+    counts_b: np.ndarray,
+    values_b: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-owner lists of owners ``~mask`` (``a``) and ``mask`` (``b``) put back in
+    the owners' order: ``(counts, values)``."""
+    pos_a, pos_b = np.flatnonzero(~mask), np.flatnonzero(mask)
+    counts = np.zeros(mask.size, np.int64)
+    counts[pos_a], counts[pos_b] = counts_a, counts_b
+    owners = np.concatenate((np.repeat(pos_a, counts_a), np.repeat(pos_b, counts_b)))
+    values = np.concatenate((values_a, values_b))
+    return counts, values[np.argsort(owners, kind="stable")]
+
+
+@dataclass(frozen=True)
+class FeatureState:
+    """What a version changed of the vertices: their count, the rows set since
+    the base (``feat_ids`` sorted, ``feat_rows`` aligned), added vertices'
+    labels (``new_labels[i]``: vertex ``base_nodes + i``, -1 for none), the
+    removed vertices (sorted)."""
+
+    base_nodes: int
+    num_nodes: int
+    feat_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    feat_rows: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
+    new_labels: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    removed: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def apply(self, delta: Delta) -> FeatureState:
+        rows_ids = np.concatenate((delta.new_ids, delta.feat_ids))
+        rows = (
+            np.concatenate((delta.new_features, delta.feat_rows))
+            if rows_ids.size
+            else np.zeros((0, self.feat_rows.shape[1] if self.feat_rows.size else 0), np.float32)
+        )
+        feat_ids, feat_rows = self.feat_ids, self.feat_rows
+        if rows_ids.size:
+            # the latest value wins: this delta's rows over older ones, its last over its first
+            last = np.unique(rows_ids[::-1], return_index=True)[1]
+            take = rows_ids.size - 1 - last
+            ids_new, rows_new = rows_ids[take], rows[take]
+            keep = ~_member(ids_new, self.feat_ids) if self.feat_ids.size else np.zeros(0, bool)
+            ids_all = np.concatenate((self.feat_ids[keep], ids_new))
+            rows_all = (
+                np.concatenate((self.feat_rows[keep], rows_new))
+                if self.feat_rows.size
+                else rows_new
+            )
+            order = np.argsort(ids_all, kind="stable")
+            feat_ids, feat_rows = ids_all[order], rows_all[order]
+        return FeatureState(
+            base_nodes=self.base_nodes,
+            num_nodes=self.num_nodes + delta.num_new,
+            feat_ids=feat_ids,
+            feat_rows=np.ascontiguousarray(feat_rows, np.float32),
+            new_labels=np.concatenate((self.new_labels, delta.new_labels)),
+            removed=np.union1d(self.removed, delta.removed),
+        )
+
+    def has_row(self, ids: np.ndarray) -> np.ndarray:
+        """Whether each id's row was set since the base (read it with :meth:`rows`)."""
+        return _member(self.feat_ids, np.asarray(ids, np.int64))
+
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        """The set rows of ``ids`` (each one :meth:`has_row`)."""
+        return self.feat_rows[np.searchsorted(self.feat_ids, np.asarray(ids, np.int64))]
+
+    def is_removed(self, ids: np.ndarray) -> np.ndarray:
+        return _member(self.removed, np.asarray(ids, np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.feat_ids.nbytes + self.feat_rows.nbytes + self.removed.nbytes)
+
+
+@dataclass(frozen=True)
+class GraphState:
+    """One version of a graph (see the module docstring). ``base_lists(v)`` reads
+    base in-lists of base vertices (the fetcher's structure reads)."""
+
+    graph: GraphHandle
+    version: int
+    base_version: int
+    features: FeatureState
+    num_edges: int
+    base_lists: object = field(repr=False, compare=False)
+    ch_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    ch_ptr: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    ch_idx: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    id_map: IdMap | None = None
+    segments: tuple[str, ...] = ()
+    delta_bytes: int = 0
+    created: float = 0.0
+
+    @classmethod
+    def of_base(cls, graph: GraphHandle, base_lists, version: int = 0, **kw) -> GraphState:
+        n = graph.num_nodes
+        removed = np.asarray(graph.manifest.extra.get("removed_vertices", []), np.int64)
+        feats = FeatureState(base_nodes=n, num_nodes=n, removed=np.sort(removed))
+        return cls(
+            graph=graph,
+            version=version,
+            base_version=version,
+            features=feats,
+            num_edges=graph.num_edges,
+            base_lists=base_lists,
+            id_map=IdMap.of(graph),
+            **kw,
+        )
+
+    # -- reads ---------------------------------------------------------------------
+    @property
+    def num_nodes(self) -> int:
+        return self.features.num_nodes
+
+    @property
+    def base_nodes(self) -> int:
+        return self.graph.num_nodes
+
+    @property
+    def has_changes(self) -> bool:
+        return self.ch_ids.size > 0
+
+    def is_changed(self, v: np.ndarray) -> np.ndarray:
+        return _member(self.ch_ids, v)
+
+    def changed_lists(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """In-lists of changed vertices ``v`` (each :meth:`is_changed`)."""
+        return _csr_rows(self.ch_ids, self.ch_ptr, self.ch_idx, v)
+
+    def in_lists(self, vertices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(counts, concatenated in-neighbours)`` of existing ``vertices``."""
+        v = np.asarray(vertices, np.int64)
+        changed = self.is_changed(v)
+        if not changed.any():
+            return self.base_lists(v)
+        c_b, n_b = (
+            self.base_lists(v[~changed]) if (~changed).any() else (np.zeros(0, np.int64),) * 2
+        )
+        c_c, n_c = self.changed_lists(v[changed])
+        return interleave(changed, c_b, n_b, c_c, n_c)
+
+    def out_neighbours(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(src, dst)`` of every current edge leaving a vertex of ``x`` (``dst``
+        aggregates from it). A symmetrised graph's in-lists are its out-lists; a
+        directed one's base out-edges come from the transposed base."""
+        x = np.unique(np.asarray(x, np.int64))
+        if self.graph.manifest.symmetrized:
+            counts, nbrs = self.in_lists(x)
+            return np.repeat(x, counts), nbrs
+        parts = []
+        base_x = x[x < self.base_nodes]
+        if base_x.size:
+            bt = self._base_transpose()
+            c, d = _csr_rows(np.arange(self.base_nodes), bt.indptr, bt.indices, base_x)
+            src, dst = np.repeat(base_x, c), d.astype(np.int64)
+            # into a changed vertex only its current list counts (added below)
+            keep = ~self.is_changed(dst)
+            parts.append((src[keep], dst[keep]))
+        if self.ch_idx.size:  # the changed lists that hold a vertex of x
+            owners = np.repeat(self.ch_ids, np.diff(self.ch_ptr))
+            hit = _member(x, self.ch_idx)
+            parts.append((self.ch_idx[hit], owners[hit]))
+        if not parts:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    def _base_transpose(self):
+        cached = self.__dict__.get("_bt")
+        if cached is None:
+            import scipy.sparse as sp
+
+            ptr = self.graph.read_blob("indptr")
+            idx = self.graph.read_blob("indices")
+            n = self.base_nodes
+            a = sp.csr_matrix((np.ones(idx.size, np.int8), idx, ptr), shape=(n, n))
+            cached = a.T.tocsr()
+            cached.sort_indices()
+            object.__setattr__(self, "_bt", cached)
+        return cached
+
+    def check_targets(self, ids: np.ndarray) -> None:
+        """A removed vertex is no more: :class:`NotFound` (404) naming it."""
+        bad = self.features.is_removed(ids)
+        if bad.any():
+            raise NotFound(
+                f"vertex {int(np.asarray(ids)[bad][0])} was removed from graph "
+                f"{self.graph.name!r} (version {self.version})"
+            )
+
+    # -- a client's batch ----------------------------------------------------------
+    def prepare(self, batch: UpdateBatch) -> Delta:
+        """``batch`` checked against this version and spelt out as a :class:`Delta`
+        (:class:`InvalidRequest` naming the first offending row; nothing applied)."""
+        n, k = self.num_nodes, batch.new_features.shape[0]
+        dim = self.graph.manifest.feature_dim
+        for name, rows in (("new_features", batch.new_features), ("features", batch.features)):
+            if rows.shape[0] and rows.shape[1] != dim:
+                raise InvalidRequest(
+                    f"{name} row 0: {rows.shape[1]} values, the graph's features have {dim}"
+                )
+        new_features = batch.new_features.reshape(k, dim) if k else np.zeros((0, dim), np.float32)
+        labels = batch.new_labels if batch.new_labels is not None else np.full(k, -1, np.int64)
+        if batch.new_ids is not None:
+            ids = batch.new_ids
+            _first_duplicate("new_ids", ids)
+            exists = ids < n
+            if exists.any():
+                i = int(np.argmax(exists))
+                raise InvalidRequest(f"new_ids row {i}: vertex {int(ids[i])} already exists")
+            beyond = ids >= n + k
+            if beyond.any():
+                i = int(np.argmax(beyond))
+                raise InvalidRequest(
+                    f"new_ids row {i}: new vertices take the next free ids [{n}, {n + k}) "
+                    f"at version {self.version}, not {int(ids[i])}"
+                )
+            order = np.argsort(ids)
+            new_features, labels = new_features[order], labels[order]
+        removing = self._ids("remove_vertices", batch.remove_vertices, n, 0)
+        _first_duplicate("remove_vertices", removing)
+        add = self._edges("add_edges", batch.add_edges, n, k, removing)
+        rem = self._edges("remove_edges", batch.remove_edges, n, 0, removing)
+        feat_ids = self._ids("feature_ids", batch.feature_ids, n, k)
+        sym = self.graph.manifest.symmetrized
+        add_src, add_dst = add[:, 0], add[:, 1]
+        rem_src, rem_dst = rem[:, 0], rem[:, 1]
+        if rem.size:
+            self._check_present(rem_src, rem_dst)
+        if sym:
+            add_src, add_dst = (
+                np.concatenate((add_src, add_dst)),
+                np.concatenate((add_dst, add_src)),
+            )
+            rem_src, rem_dst = (
+                np.concatenate((rem_src, rem_dst)),
+                np.concatenate((rem_dst, rem_src)),
+            )
+        if removing.size:  # a removed vertex's edges go, both ways
+            c, nb = self.in_lists(removing)
+            o_src, o_dst = self.out_neighbours(removing)
+            rem_src = np.concatenate((rem_src, nb, o_src))
+            rem_dst = np.concatenate((rem_dst, np.repeat(removing, c), o_dst))
+        return Delta(
+            base_nodes=n,
+            new_features=np.ascontiguousarray(new_features, np.float32),
+            new_labels=np.asarray(labels, np.int64),
+            add_src=add_src.astype(np.int64),
+            add_dst=add_dst.astype(np.int64),
+            rem_src=rem_src.astype(np.int64),
+            rem_dst=rem_dst.astype(np.int64),
+            feat_ids=feat_ids,
+            feat_rows=np.ascontiguousarray(batch.features.reshape(feat_ids.size, dim), np.float32),
+            removed=np.sort(removing),
+        )
+
+    def _stored(self, ids: np.ndarray) -> np.ndarray:
+        """Client ids as stored ids (a renumbered graph's base vertices mapped)."""
+        if self.id_map is None:
+            return ids
+        return self.id_map.to_stored(ids)
+
+    def _ids(self, name: str, ids: np.ndarray, n: int, k: int, per_row: int = 1) -> np.ndarray:
+        """Client ids of existing (or this batch's new) vertices as stored ids
+        (``per_row`` ids make one row of ``name``, for the message)."""
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        unknown = (ids < 0) | (ids >= n + k)
+        if unknown.any():
+            i = int(np.argmax(unknown))
+            raise InvalidRequest(f"{name} row {i // per_row}: unknown vertex id {int(ids[i])}")
+        gone = self.features.is_removed(ids)
+        if gone.any():
+            i = int(np.argmax(gone))
+            raise InvalidRequest(f"{name} row {i // per_row}: vertex {int(ids[i])} was removed")
+        return self._stored(ids)
+
+    def _edges(self, name: str, e: np.ndarray, n: int, k: int, removing: np.ndarray) -> np.ndarray:
+        flat = self._ids(name, e.reshape(-1), n, k, per_row=2)
+        dropped = _member(np.sort(removing), flat)
+        if dropped.any():
+            i = int(np.argmax(dropped)) // 2
+            raise InvalidRequest(f"{name} row {i}: vertex {int(e.reshape(-1)[np.argmax(dropped)])} "
+                                 "is removed by this batch")  # fmt: skip
+        return flat.reshape(-1, 2)
+
+    def _check_present(self, src: np.ndarray, dst: np.ndarray) -> None:
+        """Every edge to remove exists (:class:`InvalidRequest` naming the first that does not)."""
+        c, nb = self.in_lists(dst)
+        m = np.int64(self.num_nodes + 1)
+        have = np.unique(np.repeat(dst, c) * m + nb)
+        keys = dst * m + src
+        missing = ~_member(have, keys)
+        if missing.any():
+            i = int(np.argmax(missing))
+            raise InvalidRequest(f"remove_edges row {i}: no edge ({int(src[i])}, {int(dst[i])})")
+
+    # -- the next version ----------------------------------------------------------
+    def apply(self, delta: Delta, version: int, segment: str = "", nbytes: int = 0) -> GraphState:
+        """The state after ``delta`` (this one is left as it is)."""
+        feats = self.features.apply(delta)
+        n_new = feats.num_nodes
+        affected = np.unique(np.concatenate((delta.add_dst, delta.rem_dst, delta.new_ids)))
+        existing = affected[affected < self.num_nodes]
+        c_old, v_old = self.in_lists(existing) if existing.size else (np.zeros(0, np.int64),) * 2
+        owners = np.repeat(existing, c_old)
+        m = np.int64(n_new + 1)
+        removed_edges = 0
+        if delta.rem_src.size and v_old.size:
+            gone = _member(np.unique(delta.rem_dst * m + delta.rem_src), owners * m + v_old)
+            removed_edges = int(gone.sum())
+            owners, v_old = owners[~gone], v_old[~gone]
+        owners = np.concatenate((owners, delta.add_dst))
+        values = np.concatenate((v_old, delta.add_src))
+        order = np.argsort(owners, kind="stable")  # old entries first, then the added ones
+        owners, values = owners[order], values[order]
+        counts = np.bincount(np.searchsorted(affected, owners), minlength=affected.size)
+        # merge: the changed lists not touched now, and the affected ones
+        keep = ~_member(affected, self.ch_ids)
+        k_counts, k_vals = _csr_rows(self.ch_ids, self.ch_ptr, self.ch_idx, self.ch_ids[keep])
+        ids = np.concatenate((self.ch_ids[keep], affected))
+        all_counts = np.concatenate((k_counts, counts))
+        all_vals = np.concatenate((k_vals, values))
+        all_owner = np.repeat(np.arange(ids.size), all_counts)
+        by_id = np.argsort(ids, kind="stable")
+        rank = np.empty_like(by_id)
+        rank[by_id] = np.arange(by_id.size)
+        vorder = np.argsort(rank[all_owner], kind="stable")
+        ids = ids[by_id]
+        ptr = np.concatenate(([0], np.cumsum(all_counts[by_id]))).astype(np.int64)
+        return replace(
+            self,
+            version=version,
+            features=feats,
+            num_edges=self.num_edges + int(delta.add_src.size) - removed_edges,
+            ch_ids=ids.astype(np.int64),
+            ch_ptr=ptr,
+            ch_idx=all_vals[vorder].astype(np.int64),
+            segments=self.segments + ((segment,) if segment else ()),
+            delta_bytes=self.delta_bytes + int(nbytes),
+        )
+
+    def figures(self) -> dict:
+        return {
+            "version": self.version,
+            "base_version": self.base_version,
+            "num_nodes": self.num_nodes,
+            "num_edges": self.num_edges,
+            "removed_vertices": int(self.features.removed.size),
+            "changed_vertices": int(self.ch_ids.size),
+            "changed_rows": int(self.features.feat_ids.size),
+            "segments": len(self.segments),
+            "delta_bytes": self.delta_bytes,
+        }
+
+
+def _first_duplicate(name: str, ids: np.ndarray) -> None:
+    if ids.size < 2:
+        return
+    order = np.argsort(ids, kind="stable")
+    same = ids[order][1:] == ids[order][:-1]
+    if same.any():
+        j = int(np.argmax(same))
+        i = int(max(order[j], order[j + 1]))
+        raise InvalidRequest(f"{name} row {i}: duplicate id {int(ids[i])}")

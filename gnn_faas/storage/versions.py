@@ -1,0 +1,297 @@
+"""Versioned graphs: an immutable base, an append-only log of deltas, one pointer.
+
+Layout under a graph's prefix ``NAME/`` (beside today's base blobs)::
+
+    NAME/versions/000000000007.json   version 7's record (created once, never changed)
+    NAME/versions/LATEST              a hint: a recent version (readers probe past it)
+    NAME/log/000000000007-<id>.seg    the delta version 7 appended (storage/delta.py)
+    NAME/base-000000000005/           a base written by compaction (storage/compaction.py)
+
+A record names its base (a prefix: ``NAME`` itself, or a compacted base) and
+the segments after it, in order; version 0 is the graph as written. The
+pointer is advanced only by creating the next record with the backends'
+atomic create-if-absent (:meth:`StorageBackend.put_if_absent`: a link on the
+file store, a conditional PUT on S3, ``SET NX`` on Redis), so of two writers
+racing for version ``v + 1`` exactly one wins; the other re-reads, checks its
+batch again on the new version, and tries ``v + 2``. A batch is all or nothing
+and durable before it is acknowledged: its segment is written first, then the
+record (the commit point). A writer killed before the record leaves an
+unreferenced segment (removed by a later compaction), after it the version is
+there.
+
+:class:`GraphVersions` is one process's view of a graph: the current
+:class:`~gnn_faas.storage.graph_state.GraphState` (each newer one built from
+the previous by applying only the new segments), refreshed from the store at
+most ``freshness_s`` after a version appears, and the commits it makes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from gnn_faas.errors import Unavailable
+from gnn_faas.storage.backends.base import StorageBackend
+from gnn_faas.storage.delta import Delta, UpdateBatch
+from gnn_faas.storage.format import (
+    VERSION_HINT,
+    VERSIONS_DIR,
+    GraphHandle,
+    latest_version,
+    read_version,
+    validate_name,
+    version_key,
+)
+from gnn_faas.storage.graph_state import GraphState
+
+log = logging.getLogger("gnn_faas.storage")
+
+LOG_DIR = "log"
+COMMIT_ATTEMPTS = 50  # versions a writer may lose the race for before it gives up
+
+
+def segment_key(name: str, version: int) -> str:
+    return f"{name}/{LOG_DIR}/{int(version):012d}-{uuid.uuid4().hex[:12]}.seg"
+
+
+def base_prefix(name: str, version: int) -> str:
+    return f"{name}/base-{int(version):012d}"
+
+
+@dataclass(frozen=True)
+class VersionRecord:
+    """One version: its base, the segments after it, its counts and history."""
+
+    graph: str
+    version: int
+    base: str
+    base_version: int
+    segments: tuple[tuple[int, str, int], ...]  # (version, key, bytes) after the base
+    num_nodes: int
+    num_edges: int
+    created: float
+    commit: str = ""
+    last_compaction: dict | None = None
+
+    @property
+    def delta_bytes(self) -> int:
+        return int(sum(s[2] for s in self.segments))
+
+    def to_json(self) -> bytes:
+        d = {
+            "graph": self.graph,
+            "version": self.version,
+            "base": self.base,
+            "base_version": self.base_version,
+            "segments": [list(s) for s in self.segments],
+            "num_nodes": self.num_nodes,
+            "num_edges": self.num_edges,
+            "created": self.created,
+            "commit": self.commit,
+            "last_compaction": self.last_compaction,
+        }
+        return json.dumps(d, sort_keys=True).encode()
+
+    @classmethod
+    def from_dict(cls, d: dict) -> VersionRecord:
+        return cls(
+            graph=d["graph"],
+            version=int(d["version"]),
+            base=d["base"],
+            base_version=int(d["base_version"]),
+            segments=tuple((int(v), str(k), int(b)) for v, k, b in d["segments"]),
+            num_nodes=int(d["num_nodes"]),
+            num_edges=int(d["num_edges"]),
+            created=float(d["created"]),
+            commit=str(d.get("commit", "")),
+            last_compaction=d.get("last_compaction"),
+        )
+
+    @classmethod
+    def of_base(cls, graph: GraphHandle) -> VersionRecord:
+        """Version 0: the graph as written."""
+        return cls(graph.name, 0, graph.prefix, 0, (), graph.num_nodes, graph.num_edges, 0.0)
+
+
+def latest(backend: StorageBackend, name: str, base: GraphHandle | None = None) -> VersionRecord:
+    """The newest version of graph ``name`` (version 0 when it was never updated)."""
+    rec = latest_version(backend, name)
+    if rec is not None:
+        return VersionRecord.from_dict(rec)
+    if base is None:
+        base = GraphHandle(backend, name, verify="none")
+    return VersionRecord.of_base(base)
+
+
+def record(backend: StorageBackend, name: str, version: int) -> VersionRecord | None:
+    rec = read_version(backend, name, version)
+    return None if rec is None else VersionRecord.from_dict(rec)
+
+
+def publish(backend: StorageBackend, rec: VersionRecord) -> bool:
+    """Create ``rec``'s record if its version is free (the commit point); then
+    move the hint forward (best effort: readers probe past a stale one)."""
+    if not backend.put_if_absent(version_key(rec.graph, rec.version), rec.to_json()):
+        return False
+    try:
+        backend.pipe_file(f"{rec.graph}/{VERSIONS_DIR}/{VERSION_HINT}", str(rec.version).encode())
+    except Exception as exc:  # noqa: BLE001 - the version is committed; the hint may lag
+        log.warning(
+            "graph %s: version %d committed, hint not moved: %s", rec.graph, rec.version, exc
+        )
+    return True
+
+
+def read_delta(backend: StorageBackend, key: str) -> Delta:
+    return Delta.decode(backend.cat_file(key), where=key)
+
+
+class GraphVersions:
+    """One process's view of a versioned graph (see the module docstring).
+
+    ``open_base(prefix)`` returns ``(GraphHandle, base_lists)`` of a base: the
+    caller decides how its structure is read (resident, chunk-cached).
+    """
+
+    def __init__(
+        self,
+        backend: StorageBackend,
+        name: str,
+        open_base: Callable[[str], tuple[GraphHandle, Callable]],
+        freshness_s: float = 1.0,
+    ):
+        validate_name(name)
+        self.backend = backend
+        self.name = name
+        self.freshness_s = float(freshness_s)
+        self._open_base = open_base
+        self._lock = threading.Lock()  # builds states one at a time
+        self._commit_lock = threading.Lock()  # this process's writers queue here, then race others
+        self._checked_at = 0.0
+        self.applied_segments = 0
+        rec = latest(backend, name)
+        self.record = rec
+        self.state = self._load(rec, None)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- reading -----------------------------------------------------------------
+    def current(self) -> GraphState:
+        """The state a request runs on: the newest this process knows, checked
+        against the store first when that was longer ago than ``freshness_s``
+        (with ``freshness_s = 0``: on every call)."""
+        if self.freshness_s <= 0 or time.monotonic() - self._checked_at > self.freshness_s:
+            self.refresh()
+        return self.state
+
+    def refresh(self) -> GraphState:
+        """Catch up with the store's newest version."""
+        checked = time.monotonic()
+        rec = latest(self.backend, self.name)
+        if rec.version > self.state.version:
+            self._advance(rec)
+        self._checked_at = checked
+        return self.state
+
+    def _advance(self, rec: VersionRecord) -> None:
+        with self._lock:
+            if rec.version <= self.state.version:
+                return
+            state = self._load(rec, self.state)
+            self.state, self.record = state, rec
+
+    def _load(self, rec: VersionRecord, prev: GraphState | None) -> GraphState:
+        """The state of ``rec``: ``prev`` plus the segments after it when ``prev``
+        is on the same base; else the base opened and every segment applied."""
+        if prev is None or prev.graph.prefix != rec.base or prev.version < rec.base_version:
+            graph, base_lists = self._open_base(rec.base)
+            state = GraphState.of_base(graph, base_lists, version=rec.base_version)
+        else:
+            state = prev
+        for version, key, nbytes in rec.segments:
+            if version <= state.version:
+                continue
+            state = state.apply(read_delta(self.backend, key), version, key, nbytes)
+            self.applied_segments += 1
+        if state.version < rec.version:  # versions without a segment (a compaction's)
+            state = replace(state, version=rec.version)
+        return state
+
+    def reload(self) -> GraphState:
+        """Open the newest version's base again (its structure read and checked
+        anew) and rebuild the state from it."""
+        with self._lock:
+            rec = latest(self.backend, self.name)
+            self.state, self.record = self._load(rec, None), rec
+        return self.state
+
+    # -- writing -------------------------------------------------------------------
+    def commit(self, batch: UpdateBatch) -> tuple[VersionRecord, Delta]:
+        """Commit ``batch`` as the next version (checked against it; retried on the
+        version after when another writer took it): ``(record, delta)``. The new
+        state is this process's current one when it returns (read-your-writes)."""
+        with self._commit_lock:
+            for _ in range(COMMIT_ATTEMPTS):
+                self.refresh()
+                state, rec = self.state, self.record
+                delta = state.prepare(batch)
+                data = delta.encode()
+                key = segment_key(self.name, rec.version + 1)
+                self.backend.pipe_file(key, data)
+                new = VersionRecord(
+                    graph=self.name,
+                    version=rec.version + 1,
+                    base=rec.base,
+                    base_version=rec.base_version,
+                    segments=rec.segments + ((rec.version + 1, key, len(data)),),
+                    num_nodes=state.num_nodes + delta.num_new,
+                    num_edges=0,  # set below from the applied state
+                    created=time.time(),
+                    commit=uuid.uuid4().hex,
+                    last_compaction=rec.last_compaction,
+                )
+                nxt = state.apply(delta, new.version, key, len(data))
+                new = replace(new, num_edges=nxt.num_edges)
+                if publish(self.backend, new):
+                    with self._lock:
+                        if new.version > self.state.version:
+                            self.state, self.record = nxt, new
+                    return new, delta
+                # another writer took this version: this segment is never referenced
+                # (a later compaction removes it if this removal fails)
+                with contextlib.suppress(Exception):
+                    self.backend.rm(key)
+        raise Unavailable(
+            f"graph {self.name!r}: {COMMIT_ATTEMPTS} versions in a row were taken by other "
+            "writers; retry"
+        )
+
+    # -- the refresher ---------------------------------------------------------------
+    def start(self, interval_s: float | None = None) -> None:
+        """Poll the store in the background every ``interval_s`` (default: half
+        ``freshness_s``) so requests find the newest version already loaded."""
+        if self.freshness_s <= 0 or self._thread is not None:
+            return
+        every = interval_s if interval_s is not None else self.freshness_s / 2
+
+        def loop() -> None:
+            while not self._stop.wait(every):
+                try:
+                    self.refresh()
+                except Exception as exc:  # noqa: BLE001 - the next round tries again
+                    log.warning("graph %s: refreshing its version failed: %s", self.name, exc)
+
+        self._thread = threading.Thread(target=loop, daemon=True, name=f"versions-{self.name}")
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
