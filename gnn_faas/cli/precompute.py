@@ -26,6 +26,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--name", default=None, help="name of the embedding set (default: the model's name)"
     )
+    p.add_argument(
+        "--refresh",
+        action="store_true",
+        help="a graph that changed since: fold its log first (gnn-faas graph compact), then "
+        "recompute every embedding, which clears the stale marks",
+    )
+    p.add_argument(
+        "--if-stale-share",
+        type=float,
+        default=None,
+        metavar="F",
+        help="with --refresh: do nothing unless at least this share of the vertices is stale "
+        "(a scheduled job's condition)",
+    )
     p.set_defaults(handler=_precompute)
 
 
@@ -69,6 +83,11 @@ def _precompute(args: argparse.Namespace) -> int:
 
     ckpt, store, graph_name, name = resolve_model(args)
     t0 = time.perf_counter()
+    if args.refresh:
+        skipped = _refresh_first(store, graph_name, name, args.if_stale_share)
+        if skipped is not None:
+            print(json.dumps(skipped))
+            return 0
     manifest = precompute(open_graph(store, graph_name), ckpt, name)
     summary = {
         "model": name,
@@ -80,3 +99,32 @@ def _precompute(args: argparse.Namespace) -> int:
     }
     print(json.dumps(summary))
     return 0
+
+
+def _refresh_first(store: str, graph_name: str, name: str, min_share: float | None) -> dict | None:
+    """Fold the graph's log into its base before recomputing (``None``), or what
+    says there is nothing to refresh yet."""
+    import json
+
+    from gnn_faas.errors import BlobNotFound
+    from gnn_faas.storage.backends import open_backend
+    from gnn_faas.storage.compaction import compact
+    from gnn_faas.storage.format import open_graph
+    from gnn_faas.storage.versions import latest
+
+    backend = open_backend(store)
+    if min_share is not None:
+        graph = open_graph(backend, graph_name)
+        rec = latest(backend, graph_name)
+        try:
+            m = json.loads(backend.cat_file(f"{graph_name}/embeddings/{name}/manifest.json"))
+            marks = len(m.get("stale", []))
+        except BlobNotFound:
+            marks = graph.num_nodes  # none stored yet: everything to compute
+        pending = rec.version > rec.base_version
+        share = marks / max(1, graph.num_nodes)
+        if share < min_share and not (pending and min_share <= 0):
+            return {"model": name, "graph": graph_name, "refreshed": False, "stale_share": share,
+                    "log_versions": rec.version - rec.base_version}  # fmt: skip
+    compact(backend, graph_name)
+    return None

@@ -681,11 +681,13 @@ class MemoryFunction:
     def state_set(self, model: str, checkpoint: str) -> EmbeddingStore:
         """The embedding set of ``model`` at ``checkpoint`` on this graph,
         checked (stale or missing: 409 / 404) and opened once."""
-        key = (model, checkpoint)
+        # the base of the call's graph version (a compaction moves the set's fingerprint)
+        base = self.versions.base_at(graph_version.get()).graph
+        key = (model, checkpoint, base.prefix)
         with self._state_lock:
             emb = self._state_sets.get(key)
             if emb is None:
-                emb = EmbeddingStore.open(self.graph, model, checkpoint)
+                emb = EmbeddingStore.open(base, model, checkpoint)
                 if not emb.has_states(1):
                     from gnn_faas.errors import NotFound
 

@@ -22,6 +22,7 @@ from gnn_faas.functions.update import UpdateModel
 from gnn_faas.storage.computation_graph import Block
 from gnn_faas.storage.embeddings import write_embeddings
 from gnn_faas.storage.format import GraphHandle, self_loop_counts
+from gnn_faas.storage.versions import latest
 
 DEFAULT_CHUNK_ROWS = 65536
 
@@ -95,4 +96,6 @@ def precompute(
         )
     states: dict[int, np.ndarray] = {}
     layers = full_graph_embeddings(graph, model, states=states)
-    return write_embeddings(graph, name, checkpoint_sha256(ckpt_dir), layers, states)
+    # computed on the graph's base: versions after it mark their reach stale (serving)
+    version = latest(graph.backend, graph.name, base=graph).base_version
+    return write_embeddings(graph, name, checkpoint_sha256(ckpt_dir), layers, states, version)

@@ -169,6 +169,7 @@ class ModelRuntime:
         if model.embeddings == "precomputed":
             self.checkpoint_sha256 = checkpoint_sha256(ckpt)
             self.embeddings = EmbeddingStore.open(self.graph, model.name, self.checkpoint_sha256)
+        self._stale_cache: dict = {}  # (base, version) -> stale embeddings (SRPE)
         self.recompute_from, self.recompute_from_reason = recompute_source(
             model, self.plan, self.embeddings
         )
@@ -561,7 +562,7 @@ class ModelRuntime:
         """The computation graph of ``targets``: the k-hop one, or with
         ``embeddings: precomputed`` the SRPE one."""
         if self.embeddings is not None:
-            return build_srpe_graph(
+            sg = build_srpe_graph(
                 fetcher,
                 targets,
                 self.plan.config.num_layers,
@@ -569,7 +570,11 @@ class ModelRuntime:
                 self.model.recompute_policy,
                 overlay=overlay,
                 from_state=self.recompute_from == "state",
+                stale=self._stale_at(fetcher.state),
             )
+            if sg is not None:
+                return sg
+            # a stale embedding would be read on the boundary: this request exactly
         return fetcher.fetch(
             targets,
             self.plan.config.num_layers,
@@ -578,6 +583,28 @@ class ModelRuntime:
             degrees=self.needs_degrees,
             overlay=overlay,
         )
+
+    def _stale_at(self, state: GraphState | None) -> np.ndarray | None:
+        """Vertices whose stored embeddings are stale at ``state`` (sorted): the
+        marks a compaction left in the set, and every vertex within ``L - 1``
+        hops downstream of a change since the base. Cached per version."""
+        if self.embeddings is None:
+            return None
+        key = (None, 0) if state is None else (state.graph.prefix, state.version)
+        cached = self._stale_cache.get(key)
+        if cached is not None:
+            return cached
+        if state is not None and state.graph.prefix != self.embeddings.graph.prefix:
+            # a compaction moved the base: the set's marks (and fingerprint) moved with it
+            self.embeddings = EmbeddingStore.open(state.graph, self.name, self.checkpoint_sha256)
+        stale = self.embeddings.stale
+        if state is not None and state.version > state.base_version:
+            hops = self.plan.config.num_layers - 1
+            stale = np.union1d(stale, state.reach(state.changed_vertices(), hops))
+        if len(self._stale_cache) > 8:
+            self._stale_cache.clear()
+        self._stale_cache[key] = stale
+        return stale
 
     def _merge(self, pendings: list[InferenceJob]):
         """``(graph, per-request rows, separate rows)`` of a closed buffer. SRPE:

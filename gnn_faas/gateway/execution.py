@@ -73,6 +73,7 @@ def srpe_info(graph) -> dict:
     return {
         "recomputed": int(graph.recomputed.size),
         "recompute_from": "neighbourhood" if graph.delta is None else "state",
+        "stale_recomputed": int(graph.stale_recomputed),
     }
 
 

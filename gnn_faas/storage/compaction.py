@@ -32,6 +32,7 @@ import numpy as np
 
 from gnn_faas.errors import BlobNotFound
 from gnn_faas.storage.backends.base import StorageBackend
+from gnn_faas.storage.embeddings import mark_stale
 from gnn_faas.storage.format import GraphHandle, self_loop_counts, version_key
 from gnn_faas.storage.graph_state import GraphState
 from gnn_faas.storage.staged_writer import StagedGraphWriter
@@ -132,6 +133,10 @@ def compact(
         )
         if publish(backend, new):
             break
+    # stored embeddings the folded log made stale: marked, recomputed until a refresh
+    new_base = GraphHandle(backend, name, verify="none", prefix=prefix)
+    changed = state.changed_vertices()
+    mark_stale(backend, name, new_base, lambda layers: state.reach(changed, layers))
     garbage = [k for _, k, _ in rec.segments]
     garbage += [version_key(name, v) for v in range(max(1, rec.base_version), folded)]
     if rec.base != name:  # a compacted base: everything under its prefix
@@ -181,7 +186,8 @@ def write_base(
                                              stop * info.row_bytes)  # fmt: skip
                 rows[: stop - a] = np.frombuffer(raw, info.dtype).reshape(stop - a, -1)
             lo, hi = np.searchsorted(feats.feat_ids, [a, b])
-            rows[feats.feat_ids[lo:hi] - a] = feats.feat_rows[lo:hi]
+            if hi > lo:
+                rows[feats.feat_ids[lo:hi] - a] = feats.feat_rows[lo:hi]
             stream.write(rows)
         w.finish(stream)
         w.write_array("degree", np.bincount(idx, minlength=n).astype("<i4"))

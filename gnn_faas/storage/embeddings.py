@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,9 +78,11 @@ def write_embeddings(
     checkpoint: str,
     layers: dict[int, np.ndarray],
     states: dict[int, np.ndarray] | None = None,
+    graph_version: int = 0,
 ) -> dict:
     """Write ``layers[l]`` ``[num_nodes, d_l]``, the optional aggregate
-    ``states[l]`` and the side manifest (last)."""
+    ``states[l]`` and the side manifest (last): computed on ``graph`` at
+    ``graph_version``, nothing stale."""
     prefix = _prefix(graph, model)
     blobs = _write_rows(graph, prefix, "layer", layers)
     state_blobs = _write_rows(graph, prefix, "state", states or {})
@@ -90,12 +93,39 @@ def write_embeddings(
         "checkpoint_sha256": checkpoint,
         "graph": graph.name,
         "graph_sha256": graph_fingerprint(graph),
+        "graph_version": int(graph_version),
         "num_nodes": graph.num_nodes,
         "layers": blobs,
         "states": state_blobs,
+        "stale": [],
     }
     graph.backend.pipe_file(f"{prefix}/manifest.json", json.dumps(manifest, indent=2).encode())
     return manifest
+
+
+def mark_stale(
+    backend, graph_name: str, new_base: GraphHandle, stale_of: Callable[[int], np.ndarray]
+) -> list[str]:
+    """After a compaction: every embedding set of ``graph_name`` moves to
+    ``new_base`` (its fingerprint) and adds to its stale marks the vertices
+    ``stale_of(layers)`` whose stored embeddings the folded log changed (a set
+    with ``L - 1`` stored layers is stale within ``L - 1`` hops of a change).
+    Those are recomputed on every request until ``gnn-faas precompute
+    --refresh``. The sets it marked."""
+    marked = []
+    for key in backend.ls(f"{graph_name}/embeddings/"):
+        if not key.endswith("/manifest.json"):
+            continue
+        m = json.loads(backend.cat_file(key))
+        depth = max((int(k) for k in m.get("layers", {})), default=0)
+        stale = np.union1d(np.asarray(m.get("stale", []), np.int64), stale_of(max(depth, 1)))
+        m["stale"] = stale.tolist()
+        m["graph_sha256"] = graph_fingerprint(new_base)
+        m["num_nodes_stored"] = m.get("num_nodes_stored", m["num_nodes"])
+        m["num_nodes"] = new_base.num_nodes
+        backend.pipe_file(key, json.dumps(m, indent=2).encode())
+        marked.append(m["model"])
+    return marked
 
 
 @dataclass
@@ -159,6 +189,11 @@ class EmbeddingStore:
     @property
     def layers(self) -> list[int]:
         return sorted(self.manifest["layers"])
+
+    @property
+    def stale(self) -> np.ndarray:
+        """Vertices marked stale (sorted): their stored embeddings predate a change."""
+        return np.asarray(self.manifest.get("stale", []), np.int64)
 
     def dim(self, layer: int) -> int:
         return int(self.manifest["layers"][layer]["shape"][1])

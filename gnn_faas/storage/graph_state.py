@@ -236,6 +236,26 @@ class GraphState:
             object.__setattr__(self, "_bt", cached)
         return cached
 
+    def changed_vertices(self) -> np.ndarray:
+        """Every vertex this version changed since its base: its in-list (and so its
+        in-degree), its row, or its existence (sorted)."""
+        return np.union1d(np.union1d(self.ch_ids, self.features.feat_ids), self.features.removed)
+
+    def reach(self, seeds: np.ndarray, hops: int) -> np.ndarray:
+        """``seeds`` and every vertex that aggregates from one of them within
+        ``hops`` hops (sorted): whose layer-``hops`` output a change at the seeds
+        can move."""
+        out = np.unique(np.asarray(seeds, np.int64))
+        frontier = out
+        for _ in range(max(0, hops)):
+            if frontier.size == 0:
+                break
+            _, dst = self.out_neighbours(frontier)
+            new = np.setdiff1d(np.unique(dst), out, assume_unique=True)
+            out = np.union1d(out, new)
+            frontier = new
+        return out
+
     def check_targets(self, ids: np.ndarray) -> None:
         """A removed vertex is no more: :class:`NotFound` (404) naming it."""
         bad = self.features.is_removed(ids)

@@ -78,6 +78,7 @@ class SrpeGraph:
     candidates: CandidateScores
     recomputed: np.ndarray
     delta: StateDelta | None = None  # from_state: layer 1 of R from stored states
+    stale_recomputed: int = 0  # candidates recomputed because their stored embedding is stale
 
     @property
     def layer_sizes(self) -> tuple[int, ...]:
@@ -170,7 +171,8 @@ def build_srpe_graph(
     overlay: GraphOverlay | None = None,
     seed: int = 0,
     from_state: bool = False,
-) -> SrpeGraph:
+    stale: np.ndarray | None = None,
+) -> SrpeGraph | None:
     """The SRPE graph of ``targets`` (global ids, repeats allowed) with a
     recomputation budget ``budget`` (a share of the candidates, in [0, 1]).
 
@@ -179,6 +181,11 @@ def build_srpe_graph(
     ``from_state`` (2-layer models): the recomputed candidates' layer 1 comes
     from their stored aggregate states (:class:`StateDelta`), so their
     in-neighbours join the graph only where the request changed a term.
+    ``stale`` (sorted ids): vertices whose stored embeddings a graph update made
+    stale; every such candidate is recomputed from its neighbourhood, whatever
+    the budget, so no stale embedding is ever read. With more than two layers a
+    stale vertex on the boundary would be read too: then ``None`` (the caller
+    serves the request exactly).
     """
     if num_layers < 1:
         raise InvalidRequest("precomputed serving needs a model of at least one layer")
@@ -192,6 +199,13 @@ def build_srpe_graph(
     queries, target_index = _queries(t, overlay)
     cq, nq, cand, deg_c, scores = _candidates(fetcher, queries, overlay)
     recomputed = select_recomputed(scores, budget, policy, seed)
+    forced = 0
+    if stale is not None and stale.size and cand.size:
+        must = cand[np.isin(cand, stale, assume_unique=True)]
+        forced = int(must.size)
+        if forced:
+            recomputed = np.union1d(recomputed, must)
+            from_state = False  # a stale candidate's stored state is stale too
 
     delta = None
     if from_state:
@@ -204,6 +218,8 @@ def build_srpe_graph(
     computed = np.concatenate((queries, recomputed))
     others = np.unique(np.concatenate((nq, extra)))
     boundary = others[~np.isin(others, computed)]
+    if stale is not None and num_layers > 2 and np.isin(boundary, stale).any():
+        return None
     nodes = np.concatenate((computed, boundary))
     order = np.argsort(nodes, kind="stable")
 
@@ -247,6 +263,7 @@ def build_srpe_graph(
         candidates=scores,
         recomputed=recomputed,
         delta=delta,
+        stale_recomputed=forced,
     )
 
 
@@ -275,7 +292,7 @@ def _candidates(
     (counts, ids), the candidates (in-neighbours that are not queries), their
     GCN degrees and the scores the recompute policy ranks them by."""
     # the queries' in-neighbours: stored lists (stored queries) then added edges
-    n_stored = fetcher.graph.num_nodes
+    n_stored = fetcher.num_nodes  # the version's vertices (beyond: a request's new ones)
     stored_q = queries < n_stored
     c_s = np.zeros(queries.size, np.int64)
     c_s[stored_q], n_s = fetcher.neighbours(queries[stored_q])

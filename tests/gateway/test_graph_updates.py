@@ -238,3 +238,53 @@ def test_writes_need_the_token_and_bad_batches_change_nothing(file_store):
             timeout=30,
         )
         assert r.status_code == 200 and r.json()["applied"]["added_edges"] == 2, r.text
+
+
+def test_precomputed_embeddings_are_never_stale_after_updates(tmp_path):
+    """SRPE at a small budget: vertices within a hop of a change are recomputed
+    (their stored embeddings are stale), so answers equal PyG on the changed
+    graph, before and after compaction; --refresh clears the marks."""
+    store = f"file://{tmp_path / 'store'}"
+    graph = ensure_dataset(store, "bitcoin-otc")
+    checkpoint_with_reference(graph, tmp_path / "srpe", seed=4, **ARCHS["gcn"])
+    ckpt = str(tmp_path / "srpe")
+    pre = [sys.executable, "-m", "gnn_faas", "precompute", "--model", ckpt, "--graph",
+           "bitcoin-otc", "--store", store, "--name", "srpe"]  # fmt: skip
+    assert subprocess.run(pre, capture_output=True, timeout=300).returncode == 0
+    config = stack_config(store, {"srpe": ckpt})
+    config["models"][0].update(embeddings="precomputed", recompute_budget=0.05)
+    ref = EdgeList(graph)
+    order = graph.read_blob("request_order")
+    hot = [int(v) for v in order[:10]]
+    with Stack(config, ready_timeout_s=180) as stack:
+        rows = np.random.default_rng(5).standard_normal((1, 128))
+        batch = {"set_features": {"ids": [hot[0]], "features": rows.tolist()},
+                 "add_edges": [[hot[1], hot[2]]]}  # fmt: skip
+        assert update(stack.url, "bitcoin-otc", batch).status_code == 200
+        ref.set_rows([hot[0]], rows)
+        ref.add_edges([[hot[1], hot[2]]])
+        # queries one hop downstream of the changed vertices: their stored
+        # neighbours' embeddings are stale and must be recomputed
+        downstream = sorted(set(ref.dst[np.isin(ref.src, hot[:3])].tolist()))[:12]
+        want = ref.reference(ckpt)
+        r = infer(stack.url, "srpe", downstream)
+        assert r.status_code == 200, r.text
+        assert r.json()["parameters"]["stale_recomputed"] > 0
+        np.testing.assert_allclose(scores(r), want[downstream], rtol=1e-4, atol=ATOL)
+        done = subprocess.run(
+            [sys.executable, "-m", "gnn_faas", "graph", "compact", "--store", store,
+             "--graph", "bitcoin-otc"], capture_output=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0
+        for _ in range(100):
+            if requests.get(f"{stack.url}/v2/graphs/bitcoin-otc", timeout=10).json()["version"] == 2:
+                break
+            time.sleep(0.1)
+        r = infer(stack.url, "srpe", downstream)  # on the compacted base: the marks
+        assert r.status_code == 200, r.text + stack.log_tail(40)
+        assert r.json()["parameters"]["stale_recomputed"] > 0
+        np.testing.assert_allclose(scores(r), want[downstream], rtol=1e-4, atol=ATOL)
+    manifest = tmp_path / "store" / "bitcoin-otc" / "embeddings" / "srpe" / "manifest.json"
+    assert json.loads(manifest.read_text())["stale"]  # marked by the compaction
+    assert subprocess.run([*pre, "--refresh"], capture_output=True, timeout=300).returncode == 0
+    assert json.loads(manifest.read_text())["stale"] == []

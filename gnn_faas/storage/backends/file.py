@@ -60,7 +60,7 @@ class FileBackend(StorageBackend):
         if not root:
             raise InvalidRequest(f"file store URI has no path: {uri!r}")
         self.root = Path(root).expanduser().resolve()
-        self._maps: dict[str, np.ndarray] = {}
+        self._maps: dict[str, tuple[tuple, np.ndarray]] = {}  # key -> (file stamp, mapping)
         self._lock = threading.Lock()
 
     def _path(self, key: str) -> Path:
@@ -70,24 +70,34 @@ class FileBackend(StorageBackend):
         return p
 
     def _map(self, key: str) -> np.ndarray:
-        buf = self._maps.get(key)
-        if buf is not None:
-            return buf
+        """The blob's mapping, made again when the file was replaced since (another
+        process's write: a new inode, size or mtime; one ``stat`` per call)."""
+        path = self._path(key)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            self._maps.pop(key, None)
+            raise BlobNotFound(f"no blob {key!r} in {self.uri}") from None
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+        cached = self._maps.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
         with self._lock:
-            buf = self._maps.get(key)
-            if buf is None:
-                path = self._path(key)
-                try:
-                    with open(path, "rb") as fh:
-                        size = os.fstat(fh.fileno()).st_size
-                        if size == 0:
-                            buf = np.empty(0, dtype=np.uint8)
-                        else:
-                            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-                            buf = np.frombuffer(mm, dtype=np.uint8)
-                except FileNotFoundError:
-                    raise BlobNotFound(f"no blob {key!r} in {self.uri}") from None
-                self._maps[key] = buf
+            cached = self._maps.get(key)
+            if cached is not None and cached[0] == stamp:
+                return cached[1]
+            try:
+                with open(path, "rb") as fh:
+                    st = os.fstat(fh.fileno())
+                    stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+                    if st.st_size == 0:
+                        buf = np.empty(0, dtype=np.uint8)
+                    else:
+                        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                        buf = np.frombuffer(mm, dtype=np.uint8)
+            except FileNotFoundError:
+                raise BlobNotFound(f"no blob {key!r} in {self.uri}") from None
+            self._maps[key] = (stamp, buf)
         return buf
 
     def cat_file(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
