@@ -107,6 +107,9 @@ class _Pool:
                  budget: LaunchBudget | None, policy_cls: type[LoadAwarePolicy]):  # fmt: skip
         cal = sim.cal
         self.sim, self.stage, self.base = sim, stage, _STAGE0 + _STAGE_WIDTH * stage
+        # the loop's own objects (never rebound), read on every action
+        self.events, self.seq, self.flight = sim.events, sim.seq, sim.flight
+        self.last = False  # the execution's last stage (set once every stage exists)
         self.policy = policy_cls(
             cal.max_instances, clock=sim.clock, name=name, budget=budget, memory_mb=memory_mb
         )
@@ -126,23 +129,24 @@ class _Pool:
             self.policy.ready(launch.instance)
         self.prewarmed = cal.min_instances
 
-    def submit(self, e: int, rec: list, service_s: float, now: float) -> None:
-        b = self.base
-        rec[b + _READY_AT] = now
-        rec[b + _SERVICE] = service_s
+    def enter(self, e: int, now: float) -> None:
+        """Execution ``e`` (its ready time and service set on its record) arrives."""
         if now >= self.check_at:
             self._expire(now)
+        policy = self.policy
         if self.reaps:
-            surplus = self.policy.surplus()
-            if surplus is not None and self.policy.remove(surplus):
+            surplus = policy.surplus()
+            if surplus is not None and policy.remove(surplus):
                 self.stop[surplus] = now
-        self.act(self.policy.submit(e), now)
+        actions = policy.submit(e)
+        if actions:
+            self.act(actions, now)
 
     def act(self, actions: list, now: float) -> None:
         b = self.base
         for a in actions:
             if type(a) is Run:
-                rec = self.sim.flight[a.item]
+                rec = self.flight[a.item]
                 rec[b + _START] = now
                 rec[b + _END] = end = now + rec[b + _SERVICE]
                 inst = a.instance
@@ -151,14 +155,13 @@ class _Pool:
                 )
                 if end > self.last_end:
                     self.last_end = end
-                heapq.heappush(self.sim.events, (end, next(self.sim.seq), _DONE, self, inst))
-                if self.stage == self.sim.last_stage:
+                heapq.heappush(self.events, (end, next(self.seq), _DONE, self, inst))
+                if self.last:
                     self.sim.complete(a.item, rec)
             else:  # Launch
                 self.spawn[a.instance] = now
                 heapq.heappush(
-                    self.sim.events,
-                    (now + self.cold_s, next(self.sim.seq), _READY, self, a.instance),
+                    self.events, (now + self.cold_s, next(self.seq), _READY, self, a.instance)
                 )
 
     def _expire(self, now: float) -> None:
@@ -250,10 +253,12 @@ class GatewaySim:
         self.flight: dict[int, list] = {}  # executions in flight
         self.stages = self._stages(policy_cls, launch_wait_ratio)
         self.last_stage = len(self.stages) - 1
+        self.stages[-1].last = True
         self.ratios = [1.0]
         if seed is not None and cal.samples:
             self.ratios = cal.residual_ratios().tolist()
         self.draws = _Draws(seed, len(self.ratios))
+        self.a0, self.b0 = cal.exec_intercept_s, cal.exec_per_row_s
         self.executions = 0
         self.rows_total = 0
         self.max_members = 0
@@ -282,23 +287,34 @@ class GatewaySim:
     # -- inputs ------------------------------------------------------------------------
     def advance(self, until: float) -> None:
         """Run every pool and buffer event at or before ``until``."""
-        events, state, clock = self.events, self.state, self.clock
+        events, state, clock, flight = self.events, self.state, self.clock, self.flight
+        first, second = self.stages[0], self.stages[-1]
+        hand_off = _STAGE0 + _STAGE_WIDTH + _READY_AT  # the compute stage's ready time
+        pop = heapq.heappop
         while True:
             tp = events[0][0] if events else INF
             tb = self.next_buffer_event
             if tp <= tb:
                 if tp > until or tp == INF:
                     return
-                t, _, kind, pool, inst = heapq.heappop(events)
+                t, _, kind, pool, inst = pop(events)
                 if t > clock.t:
                     clock.t = t
                 if kind == _READY:
                     pool.warm_at[inst] = t
-                    pool.act(pool.policy.ready(inst), t)
+                    actions = pool.policy.ready(inst)
+                    if actions:
+                        pool.act(actions, t)
+                    continue
+                e = pool.instances[inst].current
+                actions = pool.policy.finished(inst)
+                if actions:
+                    pool.act(actions, t)
+                if pool is first and first is not second:  # on to the compute stage
+                    flight[e][hand_off] = t
+                    second.enter(e, t)
                 else:
-                    e = pool.instances[inst].current
-                    pool.act(pool.policy.finished(inst), t)
-                    self._stage_done(pool, e, t)
+                    self._executed(e, t)
             else:
                 if tb > until:
                     return
@@ -313,7 +329,7 @@ class GatewaySim:
         state = self.state
         j = int(self.stream.set_index_of(i))
         if state is None:
-            self._dispatch([i], int(self.stream.sets.sizes[j]), 0.0, a, a)
+            self._dispatch([i], int(self.stream.sets.sizes[j]), 0.0, a, 0.0)
             return
         u = self.vertex_sets[j]
         _, _, closed = state.submit(PendingRequest(i, u, a, a + self.slo), a)
@@ -336,7 +352,7 @@ class GatewaySim:
                 clock.t = a
             i = lo + k
             if state is None:
-                self._dispatch([i], sizes[j], 0.0, a, a)
+                self._dispatch([i], sizes[j], 0.0, a, 0.0)
                 continue
             _, _, closed = state.submit(PendingRequest(i, sets[j], a, a + slo), a)
             if closed:
@@ -349,53 +365,56 @@ class GatewaySim:
     # -- executions ------------------------------------------------------------------
     def _closed(self, closed: list, now: float) -> None:
         for cb in closed:
-            ids = [r.id for r in cb.requests]
-            wait = sum(now - r.arrival for r in cb.requests) / len(ids)
-            total = cb.total_vertices
-            sharing = 1.0 - cb.union_size / max(total, 1)
+            reqs = cb.requests
+            if len(reqs) == 1:
+                r = reqs[0]
+                ids, wait = [r.id], now - r.arrival  # the mean of one wait
+            else:
+                ids = [r.id for r in reqs]
+                wait = sum(now - r.arrival for r in reqs) / len(ids)
+            sharing = 1.0 - cb.union_size / max(cb.total_vertices, 1)
             self._dispatch(ids, cb.union_size, sharing, now, wait)
         if self.state is not None:
             self.next_buffer_event = self.state.next_event_time()
 
-    def _dispatch(self, ids: list, union: int, sharing: float, now: float,
-                  wait_or_arrival: float) -> None:  # fmt: skip
-        """One execution of ``ids`` (``union`` rows) dispatched at ``now``; its
-        requests' mean buffer wait (``wait_or_arrival``: for a request on its
-        own, its arrival)."""
+    def _dispatch(self, ids: list, union: int, sharing: float, now: float, wait: float) -> None:
+        """One execution of ``ids`` (``union`` rows) dispatched at ``now``, its
+        requests' mean buffer wait ``wait``: ``T = (a + b·rows)·ratio`` split
+        over the stages (the compute stage's share fixed now)."""
         e = self.executions
         self.executions = e + 1
         self.rows_total += union
         if len(ids) > self.max_members:
             self.max_members = len(ids)
-        wait = now - wait_or_arrival if self.state is None else wait_or_arrival
-        t = (self.cal.exec_intercept_s + self.cal.exec_per_row_s * union) * self.ratios[
-            self.draws[e]
-        ]
-        rec = [ids, union, now, wait, sharing] + [0.0] * (_STAGE_WIDTH * len(self.stages))
-        self.flight[e] = rec
-        first = t * self.shares[0]
-        if len(self.stages) == 2:  # the compute stage's share, fixed at dispatch
-            rest = t * self.shares[1] if self.tandem else (first / self.shares[0]) * self.shares[1]
-            rec[_STAGE0 + _STAGE_WIDTH + _SERVICE] = rest
-        self.stages[0].submit(e, rec, first, now)
+        draws = self.draws
+        k = e - draws.base
+        if k >= len(draws.block):
+            draws.refill(e)
+            k = e - draws.base
+        t = (self.a0 + self.b0 * union) * self.ratios[draws.block[k]]
+        s0 = self.shares[0]
+        first = t * s0
+        if len(self.stages) == 2:
+            s1 = self.shares[1]
+            rest = t * s1 if self.tandem else (first / s0) * s1
+        else:
+            rest = 0.0
+        self.flight[e] = [ids, union, now, wait, sharing,
+                          now, first, 0.0, 0.0, False, 0.0, rest, 0.0, 0.0, False]  # fmt: skip
+        self.stages[0].enter(e, now)
 
-    def _stage_done(self, pool: _Pool, e: int, t: float) -> None:
-        rec = self.flight[e]
-        k = pool.stage
-        if k < self.last_stage:
-            nxt = _STAGE0 + _STAGE_WIDTH * (k + 1)
-            self.stages[k + 1].submit(e, rec, rec[nxt + _SERVICE], t)
-            return
-        del self.flight[e]
+    def _executed(self, e: int, t: float) -> None:
+        """Execution ``e``'s last stage ended at ``t``: the buffers hear of it
+        (unless ``tandem``), with its waits in the pools' queues."""
+        rec = self.flight.pop(e)
         state = self.state
         if state is None or self.tandem:
             return
-        duration = t - rec[_DISPATCHED]
-        queued = 0
-        for j in range(len(self.stages)):
-            b = _STAGE0 + _STAGE_WIDTH * j
+        queued = rec[_STAGE0 + _START] - rec[_STAGE0 + _READY_AT]
+        if len(self.stages) == 2:
+            b = _STAGE0 + _STAGE_WIDTH
             queued += rec[b + _START] - rec[b + _READY_AT]
-        closed = state.finished(t, duration, len(rec[_IDS]), rec[_WAIT], queued)
+        closed = state.finished(t, t - rec[_DISPATCHED], len(rec[_IDS]), rec[_WAIT], queued)
         if closed:
             self._closed(closed, t)
         else:
@@ -403,29 +422,30 @@ class GatewaySim:
 
     def complete(self, e: int, rec: list) -> None:
         """Execution ``e``'s last stage started: its requests' results are known."""
-        end = rec[-_STAGE_WIDTH + _END]
-        cold = False
-        for j in range(len(self.stages)):
-            cold = cold or rec[_STAGE0 + _STAGE_WIDTH * j + _COLD]
+        end = rec[_STAGE0 + _STAGE_WIDTH * self.last_stage + _END]
+        k, slot = divmod(e, CHUNK)
         inv = self.invocations
-        c = inv.chunk(e // CHUNK)
-        slot = e % CHUNK
-        for j in range(len(self.stages)):
-            b = _STAGE0 + _STAGE_WIDTH * j
-            c[1 + 2 * j][slot] = rec[b + _START]
-            c[2 + 2 * j][slot] = rec[b + _END]
+        c = inv.chunks.get(k) or inv.chunk(k)
+        if len(self.stages) == 2:
+            m, n = _STAGE0, _STAGE0 + _STAGE_WIDTH
+            cold = rec[m + _COLD] or rec[n + _COLD]
+            c[1][slot], c[2][slot] = rec[m + _START], rec[m + _END]
+            c[3][slot], c[4][slot] = rec[n + _START], end
+        else:
+            cold = rec[_STAGE0 + _COLD]
+            c[1][slot], c[2][slot] = rec[_STAGE0 + _START], end
         c[0] -= 1
         if c[0] == 0:
-            inv.done(e // CHUNK)
+            inv.done(k)
         req = self.requests
+        dispatched, sharing = rec[_DISPATCHED], rec[_SHARING]
         for i in rec[_IDS]:
-            k = i // CHUNK
-            c = req.chunk(k)
-            s = i % CHUNK
-            c[1][s] = end
-            c[2][s] = cold
-            c[3][s] = rec[_DISPATCHED]
-            c[4][s] = rec[_SHARING]
+            k, j = divmod(i, CHUNK)
+            c = req.chunks.get(k) or req.chunk(k)
+            c[1][j] = end
+            c[2][j] = cold
+            c[3][j] = dispatched
+            c[4][j] = sharing
             c[0] -= 1
             if c[0] == 0:
                 req.done(k)
@@ -480,7 +500,8 @@ class GatewayResult:
 class _Draws:
     """Per execution, which measured ratio scales its service time: the
     sequence ``default_rng(seed).integers(0, k, n)`` would give, drawn in
-    blocks as executions come (numpy draws these the same in blocks)."""
+    blocks as executions come (numpy draws these the same in blocks):
+    execution ``e``'s is ``block[e − base]``."""
 
     BLOCK = 1 << 16
 
@@ -490,13 +511,11 @@ class _Draws:
         self.block: list[int] = []
         self.base = 0
 
-    def __getitem__(self, e: int) -> int:
-        i = e - self.base
-        if i >= len(self.block):
-            self.base += len(self.block)
-            self.block = self.rng.integers(0, self.k, self.BLOCK).tolist()
-            i = e - self.base
-        return self.block[i]
+    def refill(self, e: int) -> None:
+        """The next block (``e``: the first execution past the current one)."""
+        self.base += len(self.block)
+        self.block = self.rng.integers(0, self.k, self.BLOCK).tolist()
+        assert self.base == e
 
 
 # -- whole runs in memory (tests, the live comparison) ------------------------------------
