@@ -314,7 +314,7 @@ class LoadAwarePolicy:
         if self.budget is None or len(self.instances) < 2 or self.pending:
             return None
         s = None
-        for o in self.instances.values():  # none launching; the newest is the last
+        for o in self.instances.values():  # none launching; the newest (launched last) is last
             if o.state == LAUNCHING:
                 return None
             s = o
@@ -323,14 +323,6 @@ class LoadAwarePolicy:
         if self._fewer.wait.value >= REAP_MARGIN * self.budget.share_s(self):
             return None
         return s.id
-
-    def _newest(self) -> InstanceState | None:
-        """The warm instance launched last (the one :meth:`_idle` and
-        :meth:`submit` give work to only when the others have some)."""
-        for s in reversed(self.instances.values()):  # launch order, newest first
-            if s.state != LAUNCHING:
-                return s
-        return None
 
     def _measure_afresh(self, warm: int) -> None:
         """The pool changed size (now ``warm`` warm instances): ``W̄`` and

@@ -287,15 +287,40 @@ class GatewaySim:
     # -- inputs ------------------------------------------------------------------------
     def advance(self, until: float) -> None:
         """Run every pool and buffer event at or before ``until``."""
+        self._run(0, [], [], until)
+
+    def arrive(self, i: int, a: float, j: int | None = None) -> None:
+        """Request ``i`` arrives at ``a`` (after :meth:`advance` to ``a``;
+        ``j``: its row of the stream's k-hop sets, looked up when not given)."""
+        j = int(self.stream.set_index_of(i)) if j is None else j
+        self._run(i, [a], [j], -INF)
+
+    def feed(self, lo: int, arrivals: np.ndarray, set_index: np.ndarray,
+             progress: Callable[[int], None] | None = None) -> None:  # fmt: skip
+        """Requests ``lo, lo + 1, ...`` arriving at ``arrivals`` (sorted, after
+        every earlier input), with their rows of the stream's k-hop sets: each
+        after every event at or before it (the events after the last one wait
+        for the next input)."""
+        self._run(lo, arrivals.tolist(), set_index.tolist(), -INF)
+        if progress is not None:
+            progress(lo + int(arrivals.size))
+
+    def _run(self, lo: int, arrivals: list, rows: list, until: float) -> None:
+        """The loop: pool events first, then buffer events, then the next
+        arrival, each in time order (ties as listed); past the last arrival,
+        the events up to ``until``."""
         events, state, clock, flight = self.events, self.state, self.clock, self.flight
         first, second = self.stages[0], self.stages[-1]
         hand_off = _STAGE0 + _STAGE_WIDTH + _READY_AT  # the compute stage's ready time
         pop = heapq.heappop
+        sets, sizes, slo = self.vertex_sets, self.stream.sets.sizes_list(), self.slo
+        n, k = len(arrivals), 0
+        a = arrivals[0] if n else until
         while True:
             tp = events[0][0] if events else INF
             tb = self.next_buffer_event
-            if tp <= tb:
-                if tp > until or tp == INF:
+            if tp <= tb and tp <= a:
+                if tp == INF:
                     return
                 t, _, kind, pool, inst = pop(events)
                 if t > clock.t:
@@ -315,52 +340,26 @@ class GatewaySim:
                     second.enter(e, t)
                 else:
                     self._executed(e, t)
-            else:
-                if tb > until:
-                    return
+            elif tb < tp and tb <= a:
                 if tb > clock.t:
                     clock.t = tb
                 self._closed(state.advance(tb, self.decide), tb)
-
-    def arrive(self, i: int, a: float) -> None:
-        """Request ``i`` arrives at ``a`` (after :meth:`advance` to ``a``)."""
-        if a > self.clock.t:
-            self.clock.t = a
-        state = self.state
-        j = int(self.stream.set_index_of(i))
-        if state is None:
-            self._dispatch([i], int(self.stream.sets.sizes[j]), 0.0, a, 0.0)
-            return
-        u = self.vertex_sets[j]
-        _, _, closed = state.submit(PendingRequest(i, u, a, a + self.slo), a)
-        if closed:
-            self._closed(closed, a)
-        else:
-            self.next_buffer_event = state.next_event_time()
-
-    def feed(self, lo: int, arrivals: np.ndarray, set_index: np.ndarray,
-             progress: Callable[[int], None] | None = None) -> None:  # fmt: skip
-        """Requests ``lo, lo + 1, ...`` arriving at ``arrivals`` (sorted, after
-        every earlier input), with their rows of the stream's k-hop sets."""
-        state, clock, events = self.state, self.clock, self.events
-        sets, sizes = self.vertex_sets, self.stream.sets.sizes_list()
-        slo, advance = self.slo, self.advance
-        for k, (a, j) in enumerate(zip(arrivals.tolist(), set_index.tolist(), strict=True)):
-            if (events and events[0][0] <= a) or self.next_buffer_event <= a:
-                advance(a)
-            if a > clock.t:
-                clock.t = a
-            i = lo + k
-            if state is None:
-                self._dispatch([i], sizes[j], 0.0, a, 0.0)
-                continue
-            _, _, closed = state.submit(PendingRequest(i, sets[j], a, a + slo), a)
-            if closed:
-                self._closed(closed, a)
+            elif k < n:  # the arrival
+                if a > clock.t:
+                    clock.t = a
+                i, j = lo + k, rows[k]
+                k += 1
+                if state is None:
+                    self._dispatch([i], sizes[j], 0.0, a, 0.0)
+                else:
+                    _, _, closed = state.submit(PendingRequest(i, sets[j], a, a + slo), a)
+                    if closed:
+                        self._closed(closed, a)
+                    else:
+                        self.next_buffer_event = state.next_event_time()
+                a = arrivals[k] if k < n else until
             else:
-                self.next_buffer_event = state.next_event_time()
-        if progress is not None:
-            progress(lo + int(arrivals.size))
+                return
 
     # -- executions ------------------------------------------------------------------
     def _closed(self, closed: list, now: float) -> None:

@@ -42,9 +42,9 @@ class Spill:
     values, then written to a file under ``directory`` (a temporary one by
     default, removed by :meth:`close`)."""
 
-    def __init__(self, directory: str | None = None, limit: int = MEMORY_LIMIT):
+    def __init__(self, directory: str | None = None, limit: int | None = None):
         self.directory = directory
-        self.limit = int(limit)
+        self.limit = int(limit if limit is not None else MEMORY_LIMIT)
         self._parts: list[np.ndarray] = []
         self._held = 0
         self._file: str | None = None
@@ -93,8 +93,8 @@ class Spill:
         with open(self._file, "rb") as f:
             return np.fromfile(f, np.float64, hi - lo, offset=8 * lo)
 
-    def blocks(self, size: int = LEAF) -> Iterator[np.ndarray]:
-        n = len(self)
+    def blocks(self, size: int | None = None) -> Iterator[np.ndarray]:
+        n, size = len(self), size or LEAF
         for lo in range(0, n, size):
             yield self.read(lo, min(lo + size, n))
 

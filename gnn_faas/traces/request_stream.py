@@ -166,11 +166,18 @@ class RequestStream:
                 yield lo, (arr[a:b] + shift if p else arr[a:b]), rows
 
     def arrivals_of(self, lo: int, hi: int) -> np.ndarray:
-        """Arrival times of requests ``[lo, hi)`` (one period at most)."""
-        n = self.arrivals.size
-        p = lo // n if n else 0
-        a = self.arrivals[lo - p * n : hi - p * n]
-        return a + p * self.period_s if p else a
+        """Arrival times of requests ``[lo, hi)`` (across repeats too)."""
+        n = int(self.arrivals.size)
+        parts = []
+        while lo < hi:
+            p = lo // n
+            a, b = lo - p * n, min(hi - p * n, n)
+            x = self.arrivals[a:b]
+            parts.append(x + p * self.period_s if p else x)
+            lo = p * n + b
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate(parts) if parts else np.zeros(0)
 
     def size_stats(self) -> tuple[int, int]:
         """``(largest |U_r|, Σ |U_r|)`` over every request."""
