@@ -1,6 +1,7 @@
 """``gnn-faas simulate TRACE``: a trace under every serving policy, simulated.
 
     gnn-faas simulate twitter --day --graph bitcoin-otc --policies all --json
+    gnn-faas simulate twitter --days 7 --json                  # a week: the day played 7 times
     gnn-faas simulate azure2019 --minutes 60 --out var/sim     # + CSV, JSON and plots
     gnn-faas simulate calibrate --graph bitcoin-otc --out FILE  # measure a profile
     gnn-faas simulate calibrate-graph --graph NAME --store URI --out FILE  # its graph figures
@@ -34,7 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--calibration", default=None, help="calibration JSON (default: bundled)")
     p.add_argument("--prices", default=None, help="price YAML (default: bundled)")
     p.add_argument("--slo", type=float, default=None, help="SLO seconds (default: calibration's)")
-    p.add_argument("--out", default=None, help="run directory (calibrate: the JSON file)")
+    p.add_argument("--out", default=None,
+                   help="run directory: summary.json, per-second timeline_<policy>.csv, every "
+                        "request's record in requests_<policy>.npy (streamed), plots "
+                        "(calibrate: the JSON file)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.add_argument("--fanouts", default=None,
                    help="per-hop sampled fanouts, e.g. 10,10 (as the serving config's fanouts); "
@@ -46,7 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "AWS API Gateway's 29)")  # fmt: skip
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--workers", type=int, default=min(os.cpu_count() or 1, 4),
-                   help="processes for gnn_faas's buffer pass (default: CPUs, at most 4)")  # fmt: skip
+                   help="processes running policies (and --frontier points) side by side; "
+                        "the figures do not depend on it (default: CPUs, at most 4)")  # fmt: skip
     p.add_argument(
         "--objective",
         choices=OBJECTIVES,
@@ -77,6 +82,8 @@ def _run(args: argparse.Namespace) -> int:
     args.fanouts = parse_fanouts(args.fanouts)
     if not args.request_timeout > 0:
         raise InvalidRequest("--request-timeout must be positive")
+    if args.workers < 1:
+        raise InvalidRequest("--workers must be at least 1")
     if args.trace == "calibrate":
         from gnn_faas.traces.measure_calibration import calibrate
 

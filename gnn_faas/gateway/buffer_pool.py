@@ -46,7 +46,7 @@ from gnn_faas.gateway.buffer import (
 )
 from gnn_faas.gateway.global_optimizer import Move, optimise
 from gnn_faas.gateway.router import Router
-from gnn_faas.gateway.sharing import SharingIndex, as_vertex_set
+from gnn_faas.gateway.sharing import SharingIndex, as_vertex_set, union_sharing_degree
 from gnn_faas.gateway.timeout_configurator import (
     DECISION_CLOSE,
     FastPath,
@@ -354,11 +354,12 @@ class BufferPoolState:
         """Re-time the gated buffers; close, oldest first, those that may run now."""
         if not self.gate.active:
             return []
+        gated = [b for b in self.slots if b is not None and b.gated]
+        if not gated:
+            return []
         closed: list[ClosedBuffer] = []
         rate = self.rate.rate(now)
-        for b in sorted(self.open_buffers(), key=lambda b: (b.opened_at, b.buffer_id)):
-            if not b.gated:
-                continue
+        for b in sorted(gated, key=lambda b: (b.opened_at, b.buffer_id)):
             free = self.gate.free > 0
             b.deadline = self.gate.close_at(b.opened_at, rate)
             if b.close_at <= now:
@@ -379,27 +380,20 @@ class BufferPoolState:
 
     def _close_alone(self, request: PendingRequest, now: float) -> tuple[int, float, list]:
         """:meth:`submit`'s result for a request dispatched alone (reason
-        ``"idle"``): the same buffer and figures, without the sharing index."""
-        c = self.config
-        b = Buffer(
-            buffer_id=self.next_buffer_id,
-            slot=0,
-            opened_at=now,
-            deadline=now,
-            tmax_at=now + c.tmax,
-            next_decision_at=math.inf,
-            gated=True,
-        )
+        ``"idle"``): the closed buffer of one request (``K = Σ|U_r| = |U_r|``,
+        sharing degree 0), without the sharing index or an open buffer."""
+        size = int(request.vertex_set.size)
+        buffer_id = self.next_buffer_id
         self.next_buffer_id += 1
-        b.add(request, c.exec_estimate_s)
-        b.union_size = int(request.vertex_set.size)
         self.gate.dispatched()
         self.closed_buffers += 1
         self.closed_requests += 1
-        self.union_sum += b.union_size
-        self.total_sum += b.total_vertices
+        self.union_sum += size
+        self.total_sum += size
         self.reasons["idle"] += 1
-        return b.buffer_id, 0.0, [b.closed(now, "idle")]
+        closed = ClosedBuffer(buffer_id, (request,), union_sharing_degree(size, size), size, size,
+                              now, now, "idle")  # fmt: skip
+        return buffer_id, 0.0, [closed]
 
     def _gated_reason(self, b: Buffer) -> str:
         if b.cap < min(b.deadline, b.tmax_at):

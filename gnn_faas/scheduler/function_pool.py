@@ -142,9 +142,9 @@ class LoadAwarePolicy:
         return busy + sum(len(s.queue) for s in self.instances.values()) + len(self.pending)
 
     def warm(self) -> list[InstanceState]:
-        return sorted(
-            (s for s in self.instances.values() if s.state != LAUNCHING), key=lambda s: s.order
-        )
+        """Warm instances in launch order (``instances`` keeps them in it: an
+        instance enters the dict when launched, and a dict keeps insertion order)."""
+        return [s for s in self.instances.values() if s.state != LAUNCHING]
 
     def queue_lengths(self) -> dict[Hashable, int]:
         return {i: len(s.queue) for i, s in self.instances.items()}
@@ -152,13 +152,13 @@ class LoadAwarePolicy:
     # -- events ---------------------------------------------------------------------
     def submit(self, item: Hashable) -> list[Action]:
         """A new (or re-queued) work item arrives."""
-        self._enqueued_at[item] = self._now()
+        now = self._enqueued_at[item] = self._now()
         if self.budget is not None:
-            self._fewer.arrived(item, self._enqueued_at[item])
+            self._fewer.arrived(item, now)
+        for s in self.instances.values():  # the idle instance launched first takes it
+            if s.state == IDLE:
+                return [self._run(s, item)]
         warm = self.warm()
-        idle = [s for s in warm if s.state == IDLE]
-        if idle:
-            return [self._run(idle[0], item)]
         actions: list[Action] = []
         n_req = self.n_requests + 1
         if (
@@ -211,11 +211,12 @@ class LoadAwarePolicy:
 
     def finished(self, instance: Hashable) -> list[Action]:
         """The instance finished its item: it takes the next one."""
-        s = self._get(instance)
-        if s.state != BUSY:
-            raise ValueError(f"instance {instance!r} is not busy")
+        s = self.instances.get(instance)
+        if s is None or s.state != BUSY:
+            raise ValueError(f"instance {instance!r} is {'not busy' if s else 'unknown'}")
         item, s.current = s.current, None
-        service = self._now() - s.since
+        clock = self.clock
+        service = (clock.now() if clock is not None else 0.0) - s.since
         self._service.add(service)
         if self.budget is not None:
             self._fewer.served(item, service)
@@ -254,20 +255,16 @@ class LoadAwarePolicy:
         without a launch budget), for the caller to :meth:`remove` and stop."""
         if self.budget is None or len(self.instances) < 2 or self.pending:
             return None
-        s = self._newest()
+        s = None
+        for o in self.instances.values():  # none launching; the newest (launched last) is last
+            if o.state == LAUNCHING:
+                return None
+            s = o
         if s is None or s.state != IDLE or s.queue or self._fewer.wait.n < MIN_EVIDENCE:
-            return None
-        if any(o.state == LAUNCHING for o in self.instances.values()):
             return None
         if self._fewer.wait.value >= REAP_MARGIN * self.budget.share_s(self):
             return None
         return s.id
-
-    def _newest(self) -> InstanceState | None:
-        """The warm instance launched last (the one :meth:`_idle` and
-        :meth:`submit` give work to only when the others have some)."""
-        warm = [s for s in self.instances.values() if s.state != LAUNCHING]
-        return max(warm, key=lambda s: s.order) if warm else None
 
     def _measure_afresh(self, warm: int) -> None:
         """The pool changed size (now ``warm`` warm instances): ``W̄`` and
@@ -292,11 +289,13 @@ class LoadAwarePolicy:
             raise ValueError(f"unknown instance {instance!r}") from None
 
     def _run(self, s: InstanceState, item: Hashable) -> Run:
-        s.state, s.current, s.since = BUSY, item, self._now()
+        clock = self.clock
+        now = clock.now() if clock is not None else 0.0
+        s.state, s.current, s.since = BUSY, item, now
         t0 = self._enqueued_at.pop(item, None)
         wait = 0.0
         if t0 is not None:
-            wait = max(0.0, s.since - t0)
+            wait = max(0.0, now - t0)
             self.waits.append(wait)
             self._wait.add(wait)
         return Run(s.id, item, wait)
@@ -306,9 +305,11 @@ class LoadAwarePolicy:
             return [self._run(s, s.queue.popleft())]
         if self.pending:
             return [self._run(s, self.pending.popleft())]
-        others = [o for o in self.instances.values() if o is not s and o.queue]
-        if others:
-            victim = max(others, key=lambda o: (len(o.queue), -o.order))
+        victim = None  # the longest queue, the earliest launched on a tie
+        for o in self.instances.values():
+            if o.queue and o is not s and (victim is None or len(o.queue) > len(victim.queue)):
+                victim = o
+        if victim is not None:
             self.steals += 1
             return [self._run(s, victim.queue.pop())]
         s.state, s.current, s.since = IDLE, None, self._now()
@@ -337,18 +338,22 @@ class LaunchBudget:
             raise ValueError("launch_wait_ratio must be >= 0")
         self.ratio = float(ratio)
         self.members: list[tuple[LoadAwarePolicy, float]] = []
+        self._total_mb = 0.0
+        self._mb: dict[int, float] = {}  # id(policy) -> its memory (the first join's)
 
     def join(self, policy: LoadAwarePolicy, memory_mb: float) -> None:
         if not memory_mb > 0:
             raise ValueError("a pool's memory_mb must be > 0")
         self.members.append((policy, float(memory_mb)))
+        self._total_mb = sum(mb for _, mb in self.members)
+        self._mb.setdefault(id(policy), float(memory_mb))
 
     def share_s(self, policy: LoadAwarePolicy) -> float:
         """``B_k``: the mean queue wait above which ``policy``'s pool launches."""
-        total_mb = sum(mb for _, mb in self.members)
-        service = sum(p.mean_service_s for p, _ in self.members)
-        mine = next(mb for p, mb in self.members if p is policy)
-        return self.ratio * service * mine / total_mb
+        service = 0
+        for p, _ in self.members:
+            service += p._service.value
+        return self.ratio * service * self._mb[id(policy)] / self._total_mb
 
 
 class _OneFewer:
@@ -380,7 +385,7 @@ class _OneFewer:
         while self.order and self.order[0] in self.service:
             it = self.order.popleft()
             a, s = self.arrival.pop(it), self.service.pop(it)
-            k = min(range(len(free)), key=free.__getitem__)
+            k = free.index(min(free))  # the instance free first (the first of a tie)
             start = max(a, free[k])
             free[k] = start + s
             self.wait.add(start - a)

@@ -18,22 +18,40 @@ the two pools share one :class:`~gnn_faas.scheduler.function_pool.LaunchBudget`
 their specs') and each gives back an instance its policy calls surplus at the
 next submit, as the gateway's keep-alive sweep does every second.
 Without a buffer state every request is its own execution at its arrival
-(``faas_gnn``: the same load-aware pools, no sharing).
+(``faas_gnn``: the same load-aware pools, no sharing). Under the ``cost``
+objective (``tandem=True``) the buffers do not wait for the pools: executions
+are not reported back, and each pool's run ends at its own last execution, as
+a pass of the memory pool and then one of the compute pool would have it.
 
-Events at the same time run pools first, then buffers, then the arrival. The
-loop is Python per event (a few per request and execution); the results are
-arrays.
+Events at the same time run pools first (in the order they were scheduled),
+then buffers, then the arrival. Inputs are merged in time order by the caller:
+:meth:`GatewaySim.advance` runs every internal event up to a time, then the
+caller applies its input (an arrival: :meth:`GatewaySim.arrive`;
+:meth:`GatewaySim.feed` does both for a chunk of arrivals), so another kind
+of input (a stream of graph updates) merges in by time without touching the
+loop.
+
+Speed and memory (docs/architecture.md, "The simulator"): the loop is Python
+per event and runs the policies' own objects; everything around them is kept
+out of it. The clock is a plain attribute; the buffers' next event time is
+asked again only after the buffers changed; idle instances are scanned for
+keep-alive expiry only once one could have expired; an execution in flight
+is one list, dropped when it ends. Results leave the loop in chunks, in
+request and execution order, to a sink (:class:`RunSink`), so memory is
+bounded by the work in flight, not by the trace.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator
+import itertools
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
-from gnn_faas.clock import FakeClock
 from gnn_faas.gateway.buffer import PendingRequest
 from gnn_faas.gateway.buffer_pool import BufferPoolState
 from gnn_faas.scheduler.function_pool import IDLE, LaunchBudget, LoadAwarePolicy, Run
@@ -43,155 +61,507 @@ from gnn_faas.traces.request_stream import RequestStream
 from gnn_faas.traces.tandem import TandemRun
 
 _READY, _DONE = 0, 1
+INF = math.inf
+CHUNK = 1 << 15  # requests (and executions) per chunk handed to the sink
+
+# an execution in flight: [request ids, rows, dispatched at, mean buffer wait,
+# sharing degree, then per stage: ready at, service, start, end, cold]
+_IDS, _ROWS, _DISPATCHED, _WAIT, _SHARING, _STAGE0 = 0, 1, 2, 3, 4, 5
+_READY_AT, _SERVICE, _START, _END, _COLD = 0, 1, 2, 3, 4
+_STAGE_WIDTH = 5
 
 
-@dataclass(frozen=True)
-class GatewayRun:
-    """Per request: its execution and when that was dispatched; per execution
-    (dispatch order): rows and requests; the pools' run (executions in the same
-    order); the buffers' close reasons."""
+class RunSink(Protocol):
+    """Where a run's results go, in order (request chunks by index from 0,
+    each stage's invocations by execution index from 0)."""
 
-    execution: np.ndarray
-    dispatched: np.ndarray
-    rows: np.ndarray
-    requests: np.ndarray
-    pools: PoolRun | TandemRun
-    reasons: dict[str, int]
-    gate: dict
+    def requests(self, lo: int, done: np.ndarray, cold: np.ndarray, dispatched: np.ndarray,
+                 sharing: np.ndarray) -> None: ...  # fmt: skip
+
+    def invocations(self, stage: int, start: np.ndarray, end: np.ndarray) -> None: ...
+
+
+class SimClock:
+    """The policies' clock in the simulator: the event loop sets ``t`` (never
+    backwards), the policies read it; one thread, so no lock."""
+
+    __slots__ = ("t",)
+
+    def __init__(self, t: float = 0.0):
+        self.t = float(t)
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            self.t += seconds
 
 
 class _Pool:
     """One function's instances under the load-aware policy, with the times
-    the simulator reports (spawn, stop, per-execution start and end)."""
+    the simulator reports (spawn and stop per instance; per execution its
+    stage's start, end and whether it waited for a cold start)."""
 
-    def __init__(
-        self, name, clock, cal: Calibration, cold_s: float, events: list, seq, policy_cls,
-        budget: LaunchBudget | None, memory_mb: float,
-    ):  # fmt: skip
+    def __init__(self, sim: GatewaySim, stage: int, name: str, cold_s: float, memory_mb: float,
+                 budget: LaunchBudget | None, policy_cls: type[LoadAwarePolicy]):  # fmt: skip
+        cal = sim.cal
+        self.sim, self.stage, self.base = sim, stage, _STAGE0 + _STAGE_WIDTH * stage
+        # the loop's own objects (never rebound), read on every action
+        self.events, self.seq, self.flight = sim.events, sim.seq, sim.flight
+        self.last = False  # the execution's last stage (set once every stage exists)
         self.policy = policy_cls(
-            cal.max_instances, clock=clock, name=name, budget=budget, memory_mb=memory_mb
+            cal.max_instances, clock=sim.clock, name=name, budget=budget, memory_mb=memory_mb
         )
-        self.clock = clock
+        self.instances = self.policy.instances
         self.cold_s = cold_s
         self.keep_alive_s = cal.keep_alive_s
-        self.events = events
-        self.seq = seq
+        # only a pool with a launch budget may call an instance surplus
+        self.reaps = self.policy.budget is not None
+        self.check_at = -INF  # before this no idle instance can have outlived its keep-alive
         self.spawn: dict = {}
         self.stop: dict = {}
         self.warm_at: dict = {}
-        self.start: list[float] = []
-        self.end: list[float] = []
-        self.cold: list[bool] = []
-        self.ready_at: list[float] = []
-        self.service: list[float] = []
+        self.last_end = 0.0
         for _ in range(cal.min_instances):
             launch = self.policy.launch()
             self.spawn[launch.instance] = self.warm_at[launch.instance] = 0.0
             self.policy.ready(launch.instance)
         self.prewarmed = cal.min_instances
 
-    def submit(self, item: int, service_s: float, now: float) -> None:
-        while len(self.start) <= item:
-            self.start.append(0.0)
-            self.end.append(0.0)
-            self.cold.append(False)
-            self.ready_at.append(0.0)
-            self.service.append(0.0)
-        self.ready_at[item] = now
-        self.service[item] = service_s
-        self._expire(now)
-        self.act(self.policy.submit(item), now)
+    def enter(self, e: int, now: float) -> None:
+        """Execution ``e`` (its ready time and service set on its record) arrives."""
+        if now >= self.check_at:
+            self._expire(now)
+        policy = self.policy
+        if self.reaps:
+            surplus = policy.surplus()
+            if surplus is not None and policy.remove(surplus):
+                self.stop[surplus] = now
+        actions = policy.submit(e)
+        if actions:
+            self.act(actions, now)
 
     def act(self, actions: list, now: float) -> None:
+        b = self.base
         for a in actions:
             if type(a) is Run:
-                i = a.item
-                self.start[i] = now
-                self.end[i] = end = now + self.service[i]
-                self.cold[i] = self.spawn[a.instance] >= self.ready_at[
-                    i
-                ] and now == self.warm_at.get(a.instance)
-                heapq.heappush(self.events, (end, next(self.seq), _DONE, self, a.instance))
+                rec = self.flight[a.item]
+                rec[b + _START] = now
+                rec[b + _END] = end = now + rec[b + _SERVICE]
+                inst = a.instance
+                rec[b + _COLD] = self.spawn[inst] >= rec[b + _READY_AT] and now == self.warm_at.get(
+                    inst
+                )
+                if end > self.last_end:
+                    self.last_end = end
+                heapq.heappush(self.events, (end, next(self.seq), _DONE, self, inst))
+                if self.last:
+                    self.sim.complete(a.item, rec)
             else:  # Launch
                 self.spawn[a.instance] = now
-                ready = now + self.cold_s
-                heapq.heappush(self.events, (ready, next(self.seq), _READY, self, a.instance))
-
-    def event(self, kind: int, inst, now: float) -> int | None:
-        """Apply a ready/done event; returns the item that finished, if any."""
-        if kind == _READY:
-            self.warm_at[inst] = now
-            self.act(self.policy.ready(inst), now)
-            return None
-        item = self.policy.instances[inst].current
-        self.act(self.policy.finished(inst), now)
-        return item
+                heapq.heappush(
+                    self.events, (now + self.cold_s, next(self.seq), _READY, self, a.instance)
+                )
 
     def _expire(self, now: float) -> None:
-        """Idle instances past their keep-alive stop (checked before each
-        submit: only a submit could have given them work)."""
-        for inst, s in list(self.policy.instances.items()):
-            if s.state == IDLE and s.since + self.keep_alive_s <= now and self.policy.remove(inst):
-                self.stop[inst] = s.since + self.keep_alive_s
-        surplus = self.policy.surplus()
-        if surplus is not None and self.policy.remove(surplus):
-            self.stop[surplus] = now
+        """Idle instances past their keep-alive stop (only a submit could have
+        given them work, so this runs before one); then the next time one could."""
+        ka = self.keep_alive_s
+        next_check = now + ka  # an instance idle from now on expires no sooner
+        for inst, s in list(self.instances.items()):
+            if s.state == IDLE:
+                if s.since + ka <= now and self.policy.remove(inst):
+                    self.stop[inst] = s.since + ka
+                elif s.since + ka < next_check:
+                    next_check = s.since + ka
+        self.check_at = next_check
 
-    def result(self, horizon: float) -> PoolRun:
+    def lives(self, horizon: float) -> tuple[np.ndarray, np.ndarray]:
+        """``(spawn, stop)`` per instance in launch order, the run ending at ``horizon``."""
         self._expire(horizon)
+        if self.reaps:
+            surplus = self.policy.surplus()
+            if surplus is not None and self.policy.remove(surplus):
+                self.stop[surplus] = horizon
         for inst in self.spawn:
             if inst not in self.stop:
-                s = self.policy.instances[inst]
+                s = self.instances[inst]
                 alive = s.since + self.keep_alive_s if s.state == IDLE else horizon
                 self.stop[inst] = min(alive, horizon)
         ids = list(self.spawn)
-        spawn = np.asarray([self.spawn[i] for i in ids])
-        stop = np.maximum(np.asarray([self.stop[i] for i in ids]), spawn)
-        return PoolRun(
-            np.asarray(self.start),
-            np.asarray(self.end),
-            np.asarray(self.cold, dtype=bool),
-            spawn,
-            stop,
-            prewarmed=self.prewarmed,
+        spawn = np.asarray([self.spawn[i] for i in ids], dtype=np.float64)
+        stop = np.maximum(np.asarray([self.stop[i] for i in ids], dtype=np.float64), spawn)
+        return spawn, stop
+
+
+class _Ordered:
+    """Records completed out of order, handed on in index order in chunks of
+    :data:`CHUNK`: ``columns`` lists per chunk, emitted once every slot is set."""
+
+    def __init__(self, columns: int, emit: Callable[[int, list[list]], None], total: int = -1):
+        self.columns, self.emit, self.total = columns, emit, total
+        self.chunks: dict[int, list] = {}
+        self.next = 0  # the chunk to emit next
+
+    def chunk(self, k: int) -> list:
+        c = self.chunks.get(k)
+        if c is None:
+            size = CHUNK if self.total < 0 else min(CHUNK, self.total - k * CHUNK)
+            c = self.chunks[k] = [size] + [[0.0] * size for _ in range(self.columns)]
+        return c
+
+    def done(self, k: int) -> None:
+        """Chunk ``k`` is complete: emit it and every complete one after it, in order."""
+        chunks = self.chunks
+        while self.next in chunks and chunks[self.next][0] == 0:
+            c = chunks.pop(self.next)
+            self.emit(self.next * CHUNK, c[1:])
+            self.next += 1
+
+    def flush(self, count: int) -> None:
+        """The run ended with ``count`` records: emit what is left (all set)."""
+        while self.next * CHUNK < count:
+            c = self.chunks.pop(self.next)
+            size = min(CHUNK, count - self.next * CHUNK)
+            self.emit(self.next * CHUNK, [col[:size] for col in c[1:]])
+            self.next += 1
+
+
+class GatewaySim:
+    """The event loop of the module docstring, fed arrivals in order."""
+
+    def __init__(
+        self,
+        stream: RequestStream,
+        cal: Calibration,
+        state: BufferPoolState | None,
+        sink: RunSink,
+        decide: Callable | None = None,
+        *,
+        seed: int | None = 0,
+        policy_cls: type[LoadAwarePolicy] = LoadAwarePolicy,
+        launch_wait_ratio: float | None = None,
+        tandem: bool = False,
+    ):
+        self.stream, self.cal, self.state, self.sink = stream, cal, state, sink
+        self.decide = decide
+        self.tandem = tandem
+        self.clock = SimClock(0.0)
+        self.events: list = []
+        self.seq = itertools.count()
+        self.flight: dict[int, list] = {}  # executions in flight
+        self.stages = self._stages(policy_cls, launch_wait_ratio)
+        self.last_stage = len(self.stages) - 1
+        self.stages[-1].last = True
+        self.ratios = [1.0]
+        if seed is not None and cal.samples:
+            self.ratios = cal.residual_ratios().tolist()
+        self.draws = _Draws(seed, len(self.ratios))
+        self.a0, self.b0 = cal.exec_intercept_s, cal.exec_per_row_s
+        self.executions = 0
+        self.rows_total = 0
+        self.max_members = 0
+        self.next_buffer_event = INF
+        self.slo = state.config.slo_s if state is not None else 0.0
+        n = len(stream)
+        self.requests = _Ordered(4, self._emit_requests, n)
+        self.invocations = _Ordered(2 * len(self.stages), self._emit_invocations)
+        self.vertex_sets = stream.sets.views()
+
+    def _stages(self, policy_cls, ratio: float | None) -> list[_Pool]:
+        """The pools an execution passes through (one of pairs, or memory then
+        compute when the calibration splits its time) and their launch budget."""
+        cal = self.cal
+        budget = LaunchBudget(ratio) if ratio is not None else None
+        m_mb, c_mb = cal.memory_function_mb, cal.compute_function_mb
+        if cal.memory_share is None:
+            self.shares = [1.0]
+            return [_Pool(self, 0, "pair", cal.cold_start_s, m_mb + c_mb, budget, policy_cls)]
+        self.shares = [cal.memory_share, 1.0 - cal.memory_share]
+        return [
+            _Pool(self, 0, "memory", cal.cold_start_memory_s, m_mb, budget, policy_cls),
+            _Pool(self, 1, "compute", cal.cold_start_compute_s, c_mb, budget, policy_cls),
+        ]
+
+    # -- inputs ------------------------------------------------------------------------
+    def advance(self, until: float) -> None:
+        """Run every pool and buffer event at or before ``until``."""
+        self._run(0, [], [], until)
+
+    def arrive(self, i: int, a: float, j: int | None = None) -> None:
+        """Request ``i`` arrives at ``a`` (after :meth:`advance` to ``a``;
+        ``j``: its row of the stream's k-hop sets, looked up when not given)."""
+        j = int(self.stream.set_index_of(i)) if j is None else j
+        self._run(i, [a], [j], -INF)
+
+    def feed(self, lo: int, arrivals: np.ndarray, set_index: np.ndarray,
+             progress: Callable[[int], None] | None = None) -> None:  # fmt: skip
+        """Requests ``lo, lo + 1, ...`` arriving at ``arrivals`` (sorted, after
+        every earlier input), with their rows of the stream's k-hop sets: each
+        after every event at or before it (the events after the last one wait
+        for the next input)."""
+        self._run(lo, arrivals.tolist(), set_index.tolist(), -INF)
+        if progress is not None:
+            progress(lo + int(arrivals.size))
+
+    def _run(self, lo: int, arrivals: list, rows: list, until: float) -> None:
+        """The loop: pool events first, then buffer events, then the next
+        arrival, each in time order (ties as listed); past the last arrival,
+        the events up to ``until``."""
+        events, state, clock, flight = self.events, self.state, self.clock, self.flight
+        first, second = self.stages[0], self.stages[-1]
+        hand_off = _STAGE0 + _STAGE_WIDTH + _READY_AT  # the compute stage's ready time
+        pop = heapq.heappop
+        sets, sizes, slo = self.vertex_sets, self.stream.sets.sizes_list(), self.slo
+        n, k = len(arrivals), 0
+        a = arrivals[0] if n else until
+        while True:
+            tp = events[0][0] if events else INF
+            tb = self.next_buffer_event
+            if tp <= tb and tp <= a:
+                if tp == INF:
+                    return
+                t, _, kind, pool, inst = pop(events)
+                if t > clock.t:
+                    clock.t = t
+                if kind == _READY:
+                    pool.warm_at[inst] = t
+                    actions = pool.policy.ready(inst)
+                    if actions:
+                        pool.act(actions, t)
+                    continue
+                e = pool.instances[inst].current
+                actions = pool.policy.finished(inst)
+                if actions:
+                    pool.act(actions, t)
+                if pool is first and first is not second:  # on to the compute stage
+                    flight[e][hand_off] = t
+                    second.enter(e, t)
+                else:
+                    self._executed(e, t)
+            elif tb < tp and tb <= a:
+                if tb > clock.t:
+                    clock.t = tb
+                self._closed(state.advance(tb, self.decide), tb)
+            elif k < n:  # the arrival
+                if a > clock.t:
+                    clock.t = a
+                i, j = lo + k, rows[k]
+                k += 1
+                if state is None:
+                    self._dispatch([i], sizes[j], 0.0, a, 0.0)
+                else:
+                    _, _, closed = state.submit(PendingRequest(i, sets[j], a, a + slo), a)
+                    if closed:
+                        self._closed(closed, a)
+                    else:
+                        self.next_buffer_event = state.next_event_time()
+                a = arrivals[k] if k < n else until
+            else:
+                return
+
+    # -- executions ------------------------------------------------------------------
+    def _closed(self, closed: list, now: float) -> None:
+        for cb in closed:
+            reqs = cb.requests
+            if len(reqs) == 1:
+                r = reqs[0]
+                ids, wait = [r.id], now - r.arrival  # the mean of one wait
+            else:
+                ids = [r.id for r in reqs]
+                wait = sum(now - r.arrival for r in reqs) / len(ids)
+            sharing = 1.0 - cb.union_size / max(cb.total_vertices, 1)
+            self._dispatch(ids, cb.union_size, sharing, now, wait)
+        if self.state is not None:
+            self.next_buffer_event = self.state.next_event_time()
+
+    def _dispatch(self, ids: list, union: int, sharing: float, now: float, wait: float) -> None:
+        """One execution of ``ids`` (``union`` rows) dispatched at ``now``, its
+        requests' mean buffer wait ``wait``: ``T = (a + b·rows)·ratio`` split
+        over the stages (the compute stage's share fixed now)."""
+        e = self.executions
+        self.executions = e + 1
+        self.rows_total += union
+        if len(ids) > self.max_members:
+            self.max_members = len(ids)
+        draws = self.draws
+        k = e - draws.base
+        if k >= len(draws.block):
+            draws.refill(e)
+            k = e - draws.base
+        t = (self.a0 + self.b0 * union) * self.ratios[draws.block[k]]
+        s0 = self.shares[0]
+        first = t * s0
+        if len(self.stages) == 2:
+            s1 = self.shares[1]
+            rest = t * s1 if self.tandem else (first / s0) * s1
+        else:
+            rest = 0.0
+        self.flight[e] = [ids, union, now, wait, sharing,
+                          now, first, 0.0, 0.0, False, 0.0, rest, 0.0, 0.0, False]  # fmt: skip
+        self.stages[0].enter(e, now)
+
+    def _executed(self, e: int, t: float) -> None:
+        """Execution ``e``'s last stage ended at ``t``: the buffers hear of it
+        (unless ``tandem``), with its waits in the pools' queues."""
+        rec = self.flight.pop(e)
+        state = self.state
+        if state is None or self.tandem:
+            return
+        queued = rec[_STAGE0 + _START] - rec[_STAGE0 + _READY_AT]
+        if len(self.stages) == 2:
+            b = _STAGE0 + _STAGE_WIDTH
+            queued += rec[b + _START] - rec[b + _READY_AT]
+        closed = state.finished(t, t - rec[_DISPATCHED], len(rec[_IDS]), rec[_WAIT], queued)
+        if closed:
+            self._closed(closed, t)
+        else:
+            self.next_buffer_event = state.next_event_time()
+
+    def complete(self, e: int, rec: list) -> None:
+        """Execution ``e``'s last stage started: its requests' results are known."""
+        end = rec[_STAGE0 + _STAGE_WIDTH * self.last_stage + _END]
+        k, slot = divmod(e, CHUNK)
+        inv = self.invocations
+        c = inv.chunks.get(k) or inv.chunk(k)
+        if len(self.stages) == 2:
+            m, n = _STAGE0, _STAGE0 + _STAGE_WIDTH
+            cold = rec[m + _COLD] or rec[n + _COLD]
+            c[1][slot], c[2][slot] = rec[m + _START], rec[m + _END]
+            c[3][slot], c[4][slot] = rec[n + _START], end
+        else:
+            cold = rec[_STAGE0 + _COLD]
+            c[1][slot], c[2][slot] = rec[_STAGE0 + _START], end
+        c[0] -= 1
+        if c[0] == 0:
+            inv.done(k)
+        req = self.requests
+        dispatched, sharing = rec[_DISPATCHED], rec[_SHARING]
+        for i in rec[_IDS]:
+            k, j = divmod(i, CHUNK)
+            c = req.chunks.get(k) or req.chunk(k)
+            c[1][j] = end
+            c[2][j] = cold
+            c[3][j] = dispatched
+            c[4][j] = sharing
+            c[0] -= 1
+            if c[0] == 0:
+                req.done(k)
+
+    def _emit_requests(self, lo: int, cols: list[list]) -> None:
+        done, cold, dispatched, sharing = cols
+        self.sink.requests(lo, np.asarray(done, np.float64), np.asarray(cold, bool),
+                           np.asarray(dispatched, np.float64), np.asarray(sharing, np.float64))  # fmt: skip
+
+    def _emit_invocations(self, lo: int, cols: list[list]) -> None:
+        for j in range(len(self.stages)):
+            self.sink.invocations(j, np.asarray(cols[2 * j], np.float64),
+                                  np.asarray(cols[2 * j + 1], np.float64))  # fmt: skip
+
+    # -- the end -----------------------------------------------------------------------
+    def finish(self, end_s: float) -> GatewayResult:
+        """Run what is left; the pools' instance lives up to the horizon
+        (``end_s`` or the last execution's end: one for both pools, or each
+        pool's own under ``tandem``), the buffers' figures."""
+        self.advance(INF)
+        self.requests.flush(len(self.stream))
+        self.invocations.flush(self.executions)
+        common = max(end_s, max(p.last_end for p in self.stages))
+        lives = [p.lives(max(end_s, p.last_end) if self.tandem else common) for p in self.stages]
+        state = self.state
+        return GatewayResult(
+            lives=lives,
+            prewarmed=[p.prewarmed for p in self.stages],
+            executions=self.executions,
+            rows_total=self.rows_total,
+            max_members=self.max_members,
+            reasons=dict(state.stats()["close_reasons"]) if state is not None else {},
+            gate=state.gate.as_dict() if state is not None else {},
         )
 
 
-def _stages(
-    cal: Calibration,
-    clock: FakeClock,
-    events: list,
-    seq: Iterator[int],
-    policy_cls: type[LoadAwarePolicy],
-    ratio: float | None,
-) -> tuple[list[_Pool], list[float]]:
-    """The pools an execution passes through and each one's share of its
-    service time: one pool for the pair, or memory then compute when the
-    calibration splits the time (``memory_share``); ``ratio``: the pools'
-    launch budget (``LoadAwarePolicy``'s ``launch_wait_ratio``)."""
-    budget = LaunchBudget(ratio) if ratio is not None else None
-    memory_mb, compute_mb = cal.memory_function_mb, cal.compute_function_mb
-    if cal.memory_share is None:
-        pair = _Pool("pair", clock, cal, cal.cold_start_s, events, seq, policy_cls, budget,
-                     memory_mb + compute_mb)  # fmt: skip
-        return [pair], [1.0]
-    stages = [
-        _Pool("memory", clock, cal, cal.cold_start_memory_s, events, seq, policy_cls, budget,
-              memory_mb),
-        _Pool("compute", clock, cal, cal.cold_start_compute_s, events, seq, policy_cls, budget,
-              compute_mb),
-    ]  # fmt: skip
-    return stages, [cal.memory_share, 1.0 - cal.memory_share]
+@dataclass(frozen=True)
+class GatewayResult:
+    """What a finished :class:`GatewaySim` reports beyond its sink: per pool the
+    instances' ``(spawn, stop)`` and how many were warm before the run; the
+    executions and their rows; the buffers' close reasons and gate figures."""
+
+    lives: list[tuple[np.ndarray, np.ndarray]]
+    prewarmed: list[int]
+    executions: int
+    rows_total: int
+    max_members: int
+    reasons: dict[str, int]
+    gate: dict
 
 
-def _service_draws(cal: Calibration, seed: int | None, n: int) -> tuple[list[float], list[int]]:
-    """``(ratios, draws)``: the calibration's residual ratios (measured over
-    fitted time; ``[1.0]`` without samples or a seed) and, per execution, which
-    one scales its service time."""
-    ratios = [1.0]
-    if seed is not None and cal.samples:
-        ratios = cal.residual_ratios().tolist()
-    return ratios, np.random.default_rng(seed).integers(0, len(ratios), n).tolist()
+class _Draws:
+    """Per execution, which measured ratio scales its service time: the
+    sequence ``default_rng(seed).integers(0, k, n)`` would give, drawn in
+    blocks as executions come (numpy draws these the same in blocks):
+    execution ``e``'s is ``block[e − base]``."""
+
+    BLOCK = 1 << 16
+
+    def __init__(self, seed: int | None, k: int):
+        self.rng = np.random.default_rng(seed)
+        self.k = k
+        self.block: list[int] = []
+        self.base = 0
+
+    def refill(self, e: int) -> None:
+        """The next block (``e``: the first execution past the current one)."""
+        self.base += len(self.block)
+        self.block = self.rng.integers(0, self.k, self.BLOCK).tolist()
+        assert self.base == e
+
+
+# -- whole runs in memory (tests, the live comparison) ------------------------------------
+
+
+@dataclass(frozen=True)
+class GatewayRun:
+    """Per request: its completion, whether it waited for a cold start, when
+    it was dispatched and its buffer's sharing degree; the pools' run (per
+    execution in dispatch order, per instance); the buffers' close reasons and
+    gate figures; executions, their rows and most requests in one."""
+
+    done: np.ndarray
+    cold: np.ndarray
+    dispatched: np.ndarray
+    sharing: np.ndarray
+    pools: PoolRun | TandemRun
+    reasons: dict[str, int]
+    gate: dict
+    executions: int
+    rows_total: int
+    max_members: int
+
+
+class ArraySink:
+    """A :class:`RunSink` that keeps everything (a whole run in memory)."""
+
+    def __init__(self, stages: int):
+        self.req: list[tuple] = []
+        self.inv: list[list[tuple]] = [[] for _ in range(stages)]
+
+    def requests(self, lo, done, cold, dispatched, sharing) -> None:
+        self.req.append((done, cold, dispatched, sharing))
+
+    def invocations(self, stage, start, end) -> None:
+        self.inv[stage].append((start, end))
+
+    def request_arrays(self) -> list[np.ndarray]:
+        if not self.req:
+            return [np.zeros(0), np.zeros(0, bool), np.zeros(0), np.zeros(0)]
+        return [np.concatenate(c) for c in zip(*self.req, strict=True)]
+
+    def stage_arrays(self, stage: int) -> tuple[np.ndarray, np.ndarray]:
+        if not self.inv[stage]:
+            return np.zeros(0), np.zeros(0)
+        s, e = zip(*self.inv[stage], strict=True)
+        return np.concatenate(s), np.concatenate(e)
 
 
 def run_gateway(
@@ -205,112 +575,30 @@ def run_gateway(
     progress: Callable[[int], None] | None = None,
     policy_cls: type[LoadAwarePolicy] = LoadAwarePolicy,
     launch_wait_ratio: float | None = None,
-) -> GatewayRun:
+    tandem: bool = False,
+    sink: RunSink | None = None,
+) -> GatewayRun | GatewayResult:
     """Every request of ``stream`` through the buffers (``state``; None: none)
     and the function pools (module docstring); ``launch_wait_ratio``: the pools'
-    launch budget (:class:`LoadAwarePolicy`; None: FaaS-GNN's launch rule)."""
-    clock = FakeClock(0.0)
-    events: list = []
-    seq = iter(range(1 << 62))
-    stages, shares = _stages(cal, clock, events, seq, policy_cls, launch_wait_ratio)
-    a0, b0 = cal.exec_intercept_s, cal.exec_per_row_s
-    ratios, draws = _service_draws(cal, seed, len(stream))
-
-    n = len(stream)
-    execution = np.empty(n, dtype=np.int64)
-    dispatched = np.empty(n)
-    rows: list[int] = []
-    members: list[list[int]] = []
-    exec_dispatch: list[float] = []
-    exec_wait: list[float] = []
-    arrivals = stream.arrivals.tolist()
-    set_index = stream.set_index
-    indptr, indices = stream.sets.indptr, stream.sets.indices
-    sizes = stream.sizes
-
-    def dispatch(ids: list[int], union: int, now: float) -> None:
-        e = len(rows)
-        rows.append(union)
-        members.append(ids)
-        exec_dispatch.append(now)
-        exec_wait.append(sum(now - arrivals[i] for i in ids) / len(ids))
-        execution[ids] = e
-        dispatched[ids] = now
-        t = (a0 + b0 * union) * ratios[draws[e % n]]
-        clock.set(now)
-        stages[0].submit(e, t * shares[0], now)
-
-    def closed_buffers(closed: list, now: float) -> None:
-        for cb in closed:
-            dispatch([r.id for r in cb.requests], cb.union_size, now)
-
-    def pool_event() -> None:
-        t, _, kind, pool, inst = heapq.heappop(events)
-        clock.set(t)
-        e = pool.event(kind, inst, t)
-        if e is None:
-            return
-        k = stages.index(pool)
-        if k + 1 < len(stages):
-            service = (stages[0].service[e] / shares[0]) * shares[k + 1]
-            stages[k + 1].submit(e, service, t)
-        elif state is not None:
-            duration = t - exec_dispatch[e]
-            queued = sum(p.start[e] - p.ready_at[e] for p in stages)
-            closed_buffers(state.finished(t, duration, len(members[e]), exec_wait[e], queued), t)
-
-    def run_until(t_end: float) -> None:
-        while True:
-            tp = events[0][0] if events else np.inf
-            tb = state.next_event_time() if state is not None else np.inf
-            t = min(tp, tb)
-            if t > t_end or t == np.inf:
-                return
-            if tp <= tb:
-                pool_event()
-            else:
-                clock.set(tb)
-                closed_buffers(state.advance(tb, decide), tb)
-
-    slo = state.config.slo_s if state is not None else 0.0
-    step = max(n // 100, 1)
-    for i in range(n):
-        a = arrivals[i]
-        run_until(a)
-        if state is None:
-            dispatch([i], int(sizes[i]), a)
-        else:
-            j = set_index[i]
-            u = indices[indptr[j] : indptr[j + 1]]
-            _, _, closed = state.submit(PendingRequest(i, u, a, a + slo), a)
-            closed_buffers(closed, a)
-        if progress is not None and i % step == 0:
-            progress(i)
-    run_until(np.inf)
-    return _gateway_run(stages, state, end_s, execution, dispatched, rows, members)
-
-
-def _gateway_run(
-    stages: list[_Pool],
-    state: BufferPoolState | None,
-    end_s: float,
-    execution: np.ndarray,
-    dispatched: np.ndarray,
-    rows: list[int],
-    members: list[list[int]],
-) -> GatewayRun:
-    """The finished run: the pools' instance lives up to the horizon (``end_s``
-    or the last execution's end), the buffers' close reasons and gate figures."""
-    horizon = max(end_s, max((max(p.end, default=0.0) for p in stages), default=0.0))
-    runs = [p.result(horizon) for p in stages]
+    launch budget (:class:`LoadAwarePolicy`; None: FaaS-GNN's launch rule).
+    With a ``sink`` the results go there in chunks and the
+    :class:`GatewayResult` comes back; without one, the whole
+    :class:`GatewayRun`."""
+    keep = sink is None
+    stages = 1 if cal.memory_share is None else 2
+    out = ArraySink(stages) if keep else sink
+    sim = GatewaySim(stream, cal, state, out, decide, seed=seed, policy_cls=policy_cls,
+                     launch_wait_ratio=launch_wait_ratio, tandem=tandem)  # fmt: skip
+    for lo, arrivals, set_index in stream.chunks():
+        sim.feed(lo, arrivals, set_index, progress)
+    res = sim.finish(end_s)
+    if not keep:
+        return res
+    done, cold, dispatched, sharing = out.request_arrays()
+    runs = []
+    for k, (spawn, stop) in enumerate(res.lives):
+        start, end = out.stage_arrays(k)
+        runs.append(PoolRun(start, end, np.zeros(start.size, bool), spawn, stop, res.prewarmed[k]))
     pools = runs[0] if len(runs) == 1 else TandemRun(runs[0], runs[1])
-    reasons = dict(state.stats()["close_reasons"]) if state is not None else {}
-    return GatewayRun(
-        execution,
-        dispatched,
-        np.asarray(rows, dtype=np.int64),
-        np.asarray([len(m) for m in members], dtype=np.int64),
-        pools,
-        reasons,
-        state.gate.as_dict() if state is not None else {},
-    )
+    return GatewayRun(done, cold, dispatched, sharing, pools, res.reasons, res.gate,
+                      res.executions, res.rows_total, res.max_members)  # fmt: skip

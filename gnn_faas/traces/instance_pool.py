@@ -69,69 +69,100 @@ def run_pool(
     ``min_instances`` are warm at time 0 (launched before the trace, as the
     live stack does); ``end_s`` is when the run ends: idle instances still
     alive then stop at ``min(idle_since + keep_alive, end)``."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}")
-    n = int(ready.size)
-    ready_l = ready.tolist()
-    service_l = service.tolist()
-    start = [0.0] * n
-    end = [0.0] * n
-    cold = [False] * n
-    pool = _Instances(cold_s)
-    busy = pool.busy  # the same heap, never rebound
-    push, pop = heapq.heappush, heapq.heappop
-    for _ in range(min_instances):  # warm before the trace, as the live stack starts
-        i = pool.launch(0.0)
-        pool.since[i] = 0.0
-        push(pool.idle, i)
-    boundary = 0.0
-    k = 0
-    for i in range(n):
-        a = ready_l[i]
-        if mode == "fleet":
-            while a >= boundary:  # apply the plan at every boundary passed
-                # the first plan's fleet is up before the trace (always on);
-                # later scale-ups boot for cold_s
-                boot = boundary + cold_s if k else boundary
-                pool.apply_plan(int(plan[min(k, plan.size - 1)]), boundary, boot)
-                k += 1
-                boundary = k * interval_s
-        pool.free_until(a)
-        j = pool.take_idle(a, keep_alive_s if mode != "fleet" else math.inf)
-        s = service_l[i]
-        if j >= 0:
-            t0 = a
-        elif mode == "naive" or (mode == "load_aware" and not busy):
-            j = pool.launch(a)
-            t0 = a + cold_s
-            cold[i] = True
-        elif mode == "load_aware" and pool.alive < max_instances:
-            nj = pool.launch(a)
-            r = a + cold_s
-            if busy[0][0] < r:
-                f, j = pop(busy)
-                t0 = f
-                push(busy, (r, nj))  # the new one idles once warm
-            else:
-                j, t0 = nj, r
+    plan_l = plan.tolist() if plan is not None else [0]
+    sim = PoolSim(mode, cold_s, keep_alive_s=keep_alive_s, max_instances=max_instances,
+                  min_instances=min_instances, interval_s=interval_s,
+                  plan=lambda k: int(plan_l[min(k, len(plan_l) - 1)]))  # fmt: skip
+    start, end, cold = sim.feed(ready, service)
+    spawn, stop = sim.finish(end_s if end_s is not None else 0.0)
+    return PoolRun(start, end, cold, spawn, stop, prewarmed=min_instances)
+
+
+class PoolSim:
+    """:func:`run_pool` fed in chunks of invocations (in ``ready`` order), so a
+    long trace runs in memory bounded by its instances; ``plan(k)``: the
+    fleet's target for interval ``k`` (``fleet`` mode), asked when the
+    invocations reach it."""
+
+    def __init__(
+        self,
+        mode: str,
+        cold_s: float,
+        *,
+        keep_alive_s: float = math.inf,
+        max_instances: int = 1 << 30,
+        min_instances: int = 0,
+        interval_s: float = 60.0,
+        plan=None,
+    ):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}")
+        self.mode, self.cold_s, self.keep_alive_s = mode, cold_s, keep_alive_s
+        self.max_instances, self.interval_s, self.plan = max_instances, interval_s, plan
+        self.pool = _Instances(cold_s)
+        for _ in range(min_instances):  # warm before the trace, as the live stack starts
+            i = self.pool.launch(0.0)
+            self.pool.since[i] = 0.0
+            heapq.heappush(self.pool.idle, i)
+        self.boundary = 0.0
+        self.k = 0
+        self.last_end = 0.0
+
+    def feed(self, ready: np.ndarray, service: np.ndarray) -> tuple[np.ndarray, ...]:
+        """``(start, end, cold)`` of the next invocations."""
+        mode, cold_s, pool = self.mode, self.cold_s, self.pool
+        busy = pool.busy  # the same heap, never rebound
+        push, pop = heapq.heappush, heapq.heappop
+        keep = self.keep_alive_s if mode != "fleet" else math.inf
+        n = int(ready.size)
+        start = [0.0] * n
+        end = [0.0] * n
+        cold = [False] * n
+        boundary, k = self.boundary, self.k
+        for i, (a, s) in enumerate(zip(ready.tolist(), service.tolist(), strict=True)):
+            if mode == "fleet":
+                while a >= boundary:  # apply the plan at every boundary passed
+                    # the first plan's fleet is up before the trace (always on);
+                    # later scale-ups boot for cold_s
+                    boot = boundary + cold_s if k else boundary
+                    pool.apply_plan(self.plan(k), boundary, boot)
+                    k += 1
+                    boundary = k * self.interval_s
+            pool.free_until(a)
+            j = pool.take_idle(a, keep)
+            if j >= 0:
+                t0 = a
+            elif mode == "naive" or (mode == "load_aware" and not busy):
+                j = pool.launch(a)
+                t0 = a + cold_s
                 cold[i] = True
-        else:
-            f, j = pop(busy)
-            t0 = max(a, f)
-        start[i] = t0
-        end[i] = t0 + s
-        push(busy, (t0 + s, j))
-    horizon = max(end_s if end_s is not None else 0.0, max(end, default=0.0))
-    stop = pool.stops(horizon, keep_alive_s, fleet=mode == "fleet")
-    spawn = np.asarray(pool.spawn)
-    return PoolRun(
-        np.asarray(start),
-        np.asarray(end),
-        np.asarray(cold, dtype=bool),
-        spawn,
-        np.maximum(stop, spawn),
-        prewarmed=min_instances,
-    )
+            elif mode == "load_aware" and pool.alive < self.max_instances:
+                nj = pool.launch(a)
+                r = a + cold_s
+                if busy[0][0] < r:
+                    f, j = pop(busy)
+                    t0 = f
+                    push(busy, (r, nj))  # the new one idles once warm
+                else:
+                    j, t0 = nj, r
+                    cold[i] = True
+            else:
+                f, j = pop(busy)
+                t0 = max(a, f)
+            start[i] = t0
+            end[i] = t0 + s
+            push(busy, (t0 + s, j))
+        self.boundary, self.k = boundary, k
+        if n:
+            self.last_end = max(self.last_end, max(end))
+        return np.asarray(start), np.asarray(end), np.asarray(cold, dtype=bool)
+
+    def finish(self, end_s: float) -> tuple[np.ndarray, np.ndarray]:
+        """``(spawn, stop)`` per instance, the run ending at ``max(end_s, last end)``."""
+        horizon = max(end_s, self.last_end)
+        stop = self.pool.stops(horizon, self.keep_alive_s, fleet=self.mode == "fleet")
+        spawn = np.asarray(self.pool.spawn)
+        return spawn, np.maximum(stop, spawn)
 
 
 class _Instances:

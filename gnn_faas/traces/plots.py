@@ -37,15 +37,24 @@ def _window(n: int) -> int:
 
 
 def latency_cdf(path: Path, latencies: dict[str, np.ndarray], slo_s: float) -> None:
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    """CDFs of each policy's latencies (seconds)."""
+    curves = {}
     for name, lat in latencies.items():
         if lat.size == 0:
             continue
         x = np.sort(lat) * 1e3
         y = np.arange(1, x.size + 1) / x.size
         step = max(1, x.size // 2000)
-        ax.plot(x[::step], y[::step], label=name)
+        curves[name] = (x[::step], y[::step])
+    latency_cdf_curves(path, curves, slo_s)
+
+
+def latency_cdf_curves(path: Path, curves: dict[str, tuple], slo_s: float) -> None:
+    """CDFs given as ``(ms, fraction at or under it)`` per policy."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, (x, y) in curves.items():
+        ax.plot(x, y, label=name)
     ax.axvline(slo_s * 1e3, color="k", ls=":", lw=1, label=f"SLO {slo_s * 1e3:.0f} ms")
     ax.set_xscale("log")
     ax.set_xlabel("latency (ms)")

@@ -13,6 +13,7 @@ sampled fanouts each distinct vertex goes through the on-demand fetcher once.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,22 @@ class KHopSets:
 
     def set_of(self, j: int) -> np.ndarray:
         return self.indices[self.indptr[j] : self.indptr[j + 1]]
+
+    def views(self) -> list[np.ndarray]:
+        """Every set as a view (a list index per request instead of a slice)."""
+        cached = self.__dict__.get("_views")
+        if cached is None:
+            bounds = self.indptr.tolist()
+            cached = [self.indices[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+            object.__setattr__(self, "_views", cached)
+        return cached
+
+    def sizes_list(self) -> list[int]:
+        cached = self.__dict__.get("_sizes")
+        if cached is None:
+            cached = self.sizes.tolist()
+            object.__setattr__(self, "_sizes", cached)
+        return cached
 
 
 def khop_sets(
@@ -66,30 +83,112 @@ def khop_sets(
     return KHopSets(vertices, x.indptr.astype(np.int64), x.indices.astype(np.int64))
 
 
+CHUNK_REQUESTS = 1 << 15  # requests per chunk (about; chunks end on a whole minute)
+
+
 @dataclass(frozen=True)
 class RequestStream:
     """Arrivals with their target vertex and the index of its k-hop set.
 
     ``targets[i]``: vertex of arrival ``i``; ``set_index[i]``: its row in
-    ``sets``; ``sizes[i] = |U_r|``."""
+    ``sets``; ``sizes[i] = |U_r|``.
+
+    With ``repeats`` > 1 the arrays hold one period of ``period_s`` seconds
+    and the stream plays it ``repeats`` times back to back (a day as a week):
+    request ``p·n + j`` arrives at ``arrivals[j] + p·period_s`` and asks for
+    ``order[(offset + p·n + j) mod |order|]`` (the request order goes on),
+    whose set is row ``row_of[vertex]``. Such a stream is read in chunks
+    (:meth:`chunks`), never whole."""
 
     arrivals: np.ndarray
     targets: np.ndarray
     set_index: np.ndarray
     sets: KHopSets
+    repeats: int = 1
+    period_s: float = 0.0
+    order: np.ndarray | None = None
+    offset: int = 0
 
     @property
     def sizes(self) -> np.ndarray:
+        self._whole()
         return self.sets.sizes[self.set_index]
 
     def vertex_set(self, i: int) -> np.ndarray:
-        return self.sets.set_of(int(self.set_index[i]))
+        return self.sets.set_of(int(self.set_index_of(i)))
 
     def __len__(self) -> int:
-        return int(self.arrivals.size)
+        return int(self.arrivals.size) * self.repeats
 
     def head(self, n: int) -> RequestStream:
+        self._whole()
         return RequestStream(self.arrivals[:n], self.targets[:n], self.set_index[:n], self.sets)
+
+    def _whole(self) -> None:
+        if self.repeats != 1:
+            raise ValueError("a repeated stream is read in chunks (RequestStream.chunks)")
+
+    def set_index_of(self, i: int) -> int:
+        n = self.arrivals.size
+        if self.repeats == 1 or i < n:
+            return int(self.set_index[i])
+        return int(self._rows(i, i + 1)[0])
+
+    def _rows(self, lo: int, hi: int) -> np.ndarray:
+        """Set rows of requests ``[lo, hi)`` of a repeated stream."""
+        assert self.order is not None
+        targets = map_targets(self.order, hi - lo, self.offset + lo)
+        row_of = self.__dict__.get("_row_of")
+        if row_of is None:
+            row_of = np.full(int(self.sets.vertices.max(initial=0)) + 1, -1, np.int64)
+            row_of[self.sets.vertices] = np.arange(self.sets.vertices.size)
+            object.__setattr__(self, "_row_of", row_of)
+        return row_of[targets]
+
+    def chunks(self, size: int = CHUNK_REQUESTS):
+        """``(first index, arrivals, set rows)`` in order, each chunk about
+        ``size`` requests ending on a whole minute of the period (so per-minute
+        sums see each minute whole)."""
+        arr, n = self.arrivals, int(self.arrivals.size)
+        cuts = [0]
+        while cuts[-1] < n:
+            nxt = cuts[-1] + size
+            if nxt >= n:
+                cuts.append(n)
+                break
+            minute = math.floor(arr[nxt] / 60.0) + 1
+            cuts.append(max(int(np.searchsorted(arr, minute * 60.0)), nxt))
+        for p in range(self.repeats):
+            shift = p * self.period_s
+            for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+                lo = p * n + a
+                rows = self.set_index[a:b] if p == 0 else self._rows(lo, p * n + b)
+                yield lo, (arr[a:b] + shift if p else arr[a:b]), rows
+
+    def arrivals_of(self, lo: int, hi: int) -> np.ndarray:
+        """Arrival times of requests ``[lo, hi)`` (across repeats too)."""
+        n = int(self.arrivals.size)
+        parts = []
+        while lo < hi:
+            p = lo // n
+            a, b = lo - p * n, min(hi - p * n, n)
+            x = self.arrivals[a:b]
+            parts.append(x + p * self.period_s if p else x)
+            lo = p * n + b
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def size_stats(self) -> tuple[int, int]:
+        """``(largest |U_r|, Σ |U_r|)`` over every request."""
+        sizes = self.sets.sizes
+        top = total = 0
+        for _, _, rows in self.chunks(1 << 20):
+            s = sizes[rows]
+            if s.size:
+                top = max(top, int(s.max()))
+                total += int(s.sum())
+        return top, total
 
 
 def request_order(graph: Any) -> np.ndarray:
@@ -115,9 +214,21 @@ def build_stream(
     hops: int,
     fanouts: Sequence[int] | None = None,
     offset: int = 0,
+    repeats: int = 1,
+    period_s: float = 0.0,
 ) -> RequestStream:
-    """Map ``arrivals`` onto the graph's request order and attach k-hop sets."""
-    targets = map_targets(request_order(graph), len(arrivals), offset)
-    uniq, inverse = np.unique(targets, return_inverse=True)
+    """Map ``arrivals`` onto the graph's request order and attach k-hop sets
+    (``repeats`` > 1: ``arrivals`` is one period of ``period_s`` seconds,
+    played that many times; see :class:`RequestStream`)."""
+    order = request_order(graph)
+    targets = map_targets(order, len(arrivals), offset)
+    if repeats > 1:  # every vertex the longer stream asks for (the order repeats)
+        asked = map_targets(order, min(len(arrivals) * repeats, order.size), offset)
+        uniq = np.unique(asked)
+        inverse = np.searchsorted(uniq, targets)
+    else:
+        uniq, inverse = np.unique(targets, return_inverse=True)
     sets = khop_sets(graph, uniq, hops, fanouts)
-    return RequestStream(np.asarray(arrivals, dtype=np.float64), targets, inverse, sets)
+    return RequestStream(np.asarray(arrivals, dtype=np.float64), targets, inverse, sets,
+                         repeats=max(int(repeats), 1), period_s=float(period_s),
+                         order=order, offset=int(offset))  # fmt: skip

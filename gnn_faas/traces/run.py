@@ -22,9 +22,10 @@ from gnn_faas.storage.format import open_graph
 from gnn_faas.traces import plots
 from gnn_faas.traces.calibration import Calibration
 from gnn_faas.traces.cost import load_prices
+from gnn_faas.traces.parallel import Job, run_jobs
 from gnn_faas.traces.request_stream import build_stream
-from gnn_faas.traces.rundir import write_timeline
-from gnn_faas.traces.simulator import SimulationSetup, parse_policies, simulate
+from gnn_faas.traces.rundir import RequestRecords, read_timeline, write_timeline
+from gnn_faas.traces.simulator import POLICIES, SimulationSetup, parse_policies, summarise
 from gnn_faas.traces.sources import load_trace
 
 
@@ -47,22 +48,25 @@ def setup_simulation(
     workers: int = 1,
     fanouts: Sequence[int] | None = None,
     timeout_s: float = 30.0,
+    repeats: int = 1,
 ) -> Any:
     """The policies' shared setup: the stream with k-hop sets (sampled with
     ``fanouts``, full without) and the gateway's buffer configuration and
     timeout configurator for the graph. ``timeout_s``: the platform's request
-    timeout (a request whose answer would come later is dropped)."""
+    timeout (a request whose answer would come later is dropped); ``repeats``:
+    the trace played that many times back to back (``--days``)."""
     if trace.requests == 0:
         raise InvalidRequest(f"the {trace.name} trace window holds no arrivals")
     slo = slo_s or calibration.slo_s
     bcfg = BufferConfig.from_settings(buffer_settings or BufferSettings(), slo)
     configurator = load_configurator(None, graph=graph.name, config=bcfg)
-    stream = build_stream(graph, trace.arrivals, calibration.hops, fanouts)
+    stream = build_stream(graph, trace.arrivals, calibration.hops, fanouts,
+                          repeats=repeats, period_s=float(trace.duration_s))  # fmt: skip
     return SimulationSetup(
         stream=stream,
         calibration=calibration,
         num_nodes=graph.num_nodes,
-        duration_s=float(trace.duration_s),
+        duration_s=float(trace.duration_s) * max(int(repeats), 1),
         buffer_config=bcfg,
         configurator=configurator,
         policy_cls=policy_cls or LoadAwarePolicy,
@@ -109,18 +113,13 @@ def buffer_settings(args: argparse.Namespace) -> Any:
 
 
 def progress_bar(total: int, enabled: bool, desc: str):
+    """A tqdm bar over ``total`` simulated requests (None when disabled)."""
     if not enabled:
-        return None, lambda: None
+        return None
     from tqdm import tqdm
 
-    bar = tqdm(total=total, desc=desc, unit="req", unit_scale=True, leave=False)
-    last = [0]
-
-    def update(i: int) -> None:
-        bar.update(i - last[0])
-        last[0] = i
-
-    return update, bar.close
+    tqdm.monitor_interval = 0  # no monitor thread: simulation jobs fork
+    return tqdm(total=total, desc=desc, unit="req", unit_scale=True, leave=False)
 
 
 FRONTIER = (
@@ -141,14 +140,11 @@ def frontier_point(label: str, objective: str, slack: float, summary: dict) -> d
 
 def simulate_frontier(trace_name: str, args: argparse.Namespace) -> dict:
     """gnn_faas under each objective of :data:`FRONTIER` and every other policy
-    once, on the same stream: JSON points, and with ``--out`` a PNG."""
+    once, on the same stream (each point a job on its own core): JSON points,
+    and with ``--out`` a PNG."""
     import dataclasses
 
-    from gnn_faas.traces.calibration import Calibration
-    from gnn_faas.traces.cost import load_prices
     from gnn_faas.traces.plots import frontier
-    from gnn_faas.traces.simulator import parse_policies, simulate
-    from gnn_faas.traces.sources import load_trace
 
     t0 = time.perf_counter()
     prices = load_prices(args.prices)
@@ -159,25 +155,28 @@ def simulate_frontier(trace_name: str, args: argparse.Namespace) -> dict:
     graph, _ = open_prepared_graph(args.graph, args.store)
     fanouts = simulation_fanouts(args, cal)
     setup = setup_simulation(trace, graph, cal, args.slo, workers=args.workers, fanouts=fanouts,
-                             timeout_s=request_timeout(args))  # fmt: skip
+                             timeout_s=request_timeout(args),
+                             repeats=trace_repeats(args))  # fmt: skip
     slo = setup.buffer_config.slo_s
-
-    def summary(run) -> dict:
-        return run.after(trace.warmup_s).summary(slo, prices, trace.measured_s)
-
-    others = [p for p in parse_policies(args.policies) if p != "gnn_faas"]
-    baselines = {n: summary(r) for n, r in simulate(setup, others).items()}
-    points = []
+    jobs = []
     for label, objective, slack in FRONTIER:
         bc = dataclasses.replace(setup.buffer_config, objective=objective, latency_slack=slack)
-        run = simulate(dataclasses.replace(setup, buffer_config=bc), ["gnn_faas"])["gnn_faas"]
-        points.append(frontier_point(label, objective, slack, summary(run)))
+        jobs.append(policy_job("gnn_faas", dataclasses.replace(setup, buffer_config=bc), trace,
+                               slo, prices, label=label))  # fmt: skip
+    others = [p for p in parse_policies(args.policies) if p != "gnn_faas"]
+    jobs += [policy_job(n, setup, trace, slo, prices) for n in others]
+    results = run_jobs_with_bar(jobs, args, "frontier")
+    points = [
+        frontier_point(label, objective, slack, r["summary"])
+        for (label, objective, slack), r in zip(FRONTIER, results, strict=False)
+    ]
     keys = ("mean_ms", "p50_ms", "p99_ms", "gb_s_per_request", "slo_violations")
+    baselines = {n: r["summary"] for n, r in zip(others, results[len(FRONTIER) :], strict=True)}
     result = {
         "wall_s": time.perf_counter() - t0,
         "trace": trace_name,
         "graph": args.graph,
-        "requests": trace.measured_requests,
+        "requests": measured_requests(trace, setup),
         "slo_s": slo,
         "gnn_faas": points,
         "baselines": {n: {k: s[k] for k in keys} for n, s in baselines.items()},
@@ -188,6 +187,58 @@ def simulate_frontier(trace_name: str, args: argparse.Namespace) -> dict:
         frontier(out / "frontier.png", points, result["baselines"])
         result["png"] = str(out / "frontier.png")
     return result
+
+
+def trace_repeats(args: argparse.Namespace) -> int:
+    """``--days N``: the whole trace played N times back to back."""
+    return max(int(getattr(args, "days", None) or 1), 1)
+
+
+def measured_requests(trace: Any, setup: Any) -> int:
+    """Requests after the warm-up (every repeat of the trace)."""
+    return trace.measured_requests + trace.requests * (setup.stream.repeats - 1)
+
+
+def policy_job(name: str, setup: Any, trace: Any, slo: float, prices: dict,
+               out: Path | None = None, label: str | None = None) -> Job:  # fmt: skip
+    """Policy ``name`` simulated and summarised (``out``: with its timeline
+    CSV and per-request records written there) as a :class:`Job`."""
+    measured_s = trace.measured_s + trace.duration_s * (setup.stream.repeats - 1)
+
+    def run(progress) -> dict:
+        records = None
+        if out is not None:
+            records = RequestRecords(out / f"requests_{name}.npy", len(setup.stream),
+                                     setup.timeout_s)  # fmt: skip
+        summary, acc = summarise(name, setup, slo_s=slo, prices=prices,
+                                 warmup_s=trace.warmup_s, measured_s=measured_s,
+                                 progress=progress, timeline=out is not None,
+                                 records=records)  # fmt: skip
+        try:
+            result = {"name": name, "summary": summary}
+            if out is not None:
+                records.close()
+                write_timeline(out / f"timeline_{name}.csv", acc.timeline_columns())
+                ms, frac = acc.latency_cdf()
+                keep = np.flatnonzero(np.diff(np.concatenate([[0.0], frac])) > 0)
+                result["cdf"] = [ms[keep].tolist(), frac[keep].tolist()]
+            return result
+        finally:
+            acc.close()
+
+    return Job(label or name, run, len(setup.stream))
+
+
+def run_jobs_with_bar(jobs: list[Job], args: argparse.Namespace, desc: str) -> list[dict]:
+    """:func:`run_jobs` on ``--workers`` processes, with a progress bar over
+    every job's requests unless ``--no-progress`` or ``--json``."""
+    show = not getattr(args, "no_progress", False) and not getattr(args, "json", False)
+    bar = progress_bar(sum(j.size for j in jobs), show, desc)
+    try:
+        return run_jobs(jobs, max(int(getattr(args, "workers", 1) or 1), 1), bar)
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def simulate_trace(trace_name: str, args: argparse.Namespace) -> dict:
@@ -202,46 +253,39 @@ def simulate_trace(trace_name: str, args: argparse.Namespace) -> dict:
     fanouts = simulation_fanouts(args, cal)
     setup = setup_simulation(
         trace, graph, cal, args.slo, buffer_settings=buffer_settings(args), workers=args.workers,
-        fanouts=fanouts, timeout_s=request_timeout(args),
+        fanouts=fanouts, timeout_s=request_timeout(args), repeats=trace_repeats(args),
     )  # fmt: skip
-    update, close = progress_bar(trace.requests, not args.no_progress and not args.json, "gnn_faas")
-    runs = simulate(setup, policies, update)
-    close()
     slo = setup.buffer_config.slo_s
-    # figures for the window after the warm-up (the whole trace without one)
-    runs = {n: r.after(trace.warmup_s) for n, r in runs.items()}
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    # longest first: gnn_faas's loop, then faas_gnn's, then the vectorised pools
+    order = sorted(policies, key=POLICIES.index)
+    jobs = [policy_job(n, setup, trace, slo, prices, out) for n in order]
+    done = dict(zip(order, run_jobs_with_bar(jobs, args, "simulate"), strict=True))
+    n = len(setup.stream)
+    duration = trace.measured_s + trace.duration_s * (setup.stream.repeats - 1)
     result = {
         "wall_s": time.perf_counter() - t0,
-        "requests": trace.measured_requests,
+        "requests": measured_requests(trace, setup),
         "trace": trace_name,
         "graph": args.graph,
-        "duration_s": trace.measured_s,
+        "duration_s": duration,
         "warmup_s": trace.warmup_s,
         "slo_s": slo,
         "calibration": cal.meta.get("measured_at", ""),
         "fanouts": list(fanouts) if fanouts else None,
-        "rows_per_request_mean": float(setup.stream.sizes.mean()),
-        "policies": {n: r.summary(slo, prices, trace.measured_s) for n, r in runs.items()},
+        "rows_per_request_mean": setup.stream.size_stats()[1] / max(n, 1),
+        "policies": {p: done[p]["summary"] for p in policies},
+        "timeout_s": setup.timeout_s,
     }
-    add_timeout_latency(result, runs, setup.timeout_s)
-    add_storage(result, graph, cal.hops, prices, trace.measured_s, fanouts)
-    if args.out:
-        write_simulation(Path(args.out), result, runs)
+    if trace_repeats(args) > 1:
+        result["days"] = trace_repeats(args)
+    add_storage(result, graph, cal.hops, prices, duration, fanouts)
+    if out is not None:
+        write_simulation(out, result, {p: done[p] for p in policies})
         result["out"] = args.out
     return result
-
-
-def add_timeout_latency(result: dict, runs: dict, timeout_s: float) -> None:
-    """Each policy's ``mean_ms_all``/``p99_ms_all``: every request's latency,
-    a dropped one counted at the request timeout (a lower bound of its wait);
-    ``mean_ms``/``p99_ms`` cover the completed requests only, which flatters a
-    policy that drops the requests waiting for a slow start."""
-    result["timeout_s"] = timeout_s
-    for name, run in runs.items():
-        lat = np.where(run.dropped, timeout_s, run.done - run.arrivals)
-        p = result["policies"][name]
-        p["mean_ms_all"] = float(lat.mean() * 1e3) if lat.size else 0.0
-        p["p99_ms_all"] = float(np.percentile(lat, 99) * 1e3) if lat.size else 0.0
 
 
 def add_storage(
@@ -261,15 +305,14 @@ def add_storage(
     result["storage_model"] = model.as_dict()
 
 
-def write_simulation(out: Path, result: dict, runs: dict) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    timelines = {}
-    for name, run in runs.items():
-        timelines[name] = run.timeline()
-        write_timeline(out / f"timeline_{name}.csv", timelines[name])
+def write_simulation(out: Path, result: dict, jobs: dict[str, dict]) -> None:
+    """``summary.json`` and the plots, beside the timelines and request
+    records each policy's job wrote."""
     (out / "summary.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
-    lat = {n: r.latency[~r.dropped] for n, r in runs.items()}
-    plots.latency_cdf(out / "latency_cdf.png", lat, result["slo_s"])
+    timelines = {n: read_timeline(out / f"timeline_{n}.csv") for n in jobs}
+    plots.latency_cdf_curves(out / "latency_cdf.png",
+                             {n: tuple(map(np.asarray, j["cdf"])) for n, j in jobs.items()},
+                             result["slo_s"])  # fmt: skip
     plots.rate_and_instances(out / "rate_instances.png", timelines)
     plots.memory_over_time(out / "memory.png", timelines)
     plots.cost_per_policy(

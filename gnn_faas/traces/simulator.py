@@ -22,14 +22,21 @@ fit, cold starts, memory sizes). Policies:
 - ``serverful``: always-on instances holding the graph, one FIFO queue, re-planned
   every minute to at most 80% utilisation (``n_k = ⌈W_{k−1} / (0.8·60 s)⌉``).
 
-A request whose answer would take longer than ``timeout_s`` is dropped; every
-arrival is either completed or dropped. GB-s is ``Σ_instances memory/1024·(stop −
-spawn)``, the integral of the allocated-GB timeline.
+A request whose answer would take longer than ``timeout_s`` (the gateway's
+request timeout) is counted as dropped; every arrival is either completed or
+dropped. GB-s is ``Σ_instances memory/1024·(stop − spawn)``, which equals the
+integral of the allocated-GB timeline.
+
+Each policy runs over the stream in chunks and hands its results to a sink in
+order (:class:`~gnn_faas.traces.gateway_sim.RunSink`): :func:`simulate` keeps
+them whole (:class:`PolicyRun`, for tests and the live comparison),
+:func:`summarise` reduces them as they come
+(:class:`~gnn_faas.traces.summary.RunSummary`: memory bounded in the trace
+length, the same figures).
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -38,28 +45,56 @@ from typing import Any
 
 import numpy as np
 
-from gnn_faas.clock import FakeClock
 from gnn_faas.errors import InvalidRequest
-from gnn_faas.gateway.buffer import PendingRequest
 from gnn_faas.gateway.buffer_pool import BufferConfig, BufferPoolState
-from gnn_faas.scheduler.function_pool import IDLE, LoadAwarePolicy, Run
+from gnn_faas.scheduler.function_pool import LoadAwarePolicy
 from gnn_faas.traces.calibration import Calibration
-from gnn_faas.traces.cost import Price, dollars
-from gnn_faas.traces.gateway_sim import run_gateway
-from gnn_faas.traces.instance_pool import PoolRun, run_pool
+from gnn_faas.traces.cost import Price
+from gnn_faas.traces.gateway_sim import RunSink, run_gateway
+from gnn_faas.traces.instance_pool import PoolSim
 from gnn_faas.traces.request_stream import RequestStream
-from gnn_faas.traces.tandem import TandemRun, run_tandem
-from gnn_faas.traces.timeline import counts_per_second, coverage, in_flight
+from gnn_faas.traces.summary import Instances, RunSummary
+from gnn_faas.traces.timeline import Timeline
 
 POLICIES = ("gnn_faas", "faas_gnn", "request_centric", "dgl_serverless", "serverful")
 SERVERFUL_UTILISATION = 0.8
 SERVERFUL_INTERVAL_S = 60.0
-PARALLEL_MIN_REQUESTS = 50_000  # below this a serial buffer pass is quicker than forking
+
+
+@dataclass(frozen=True)
+class SimulationSetup:
+    """What every policy shares."""
+
+    stream: RequestStream
+    calibration: Calibration
+    num_nodes: int
+    duration_s: float
+    buffer_config: BufferConfig
+    configurator: Any
+    timeout_s: float = 30.0
+    policy_cls: type[LoadAwarePolicy] = LoadAwarePolicy
+    workers: int = 1  # processes for independent policies (gnn_faas.traces.parallel)
+    seed: int | None = 0  # draws of measured service-time variation (None: the fit alone)
+
+
+@dataclass(frozen=True)
+class Billing:
+    """How a policy's run is billed: per function (memory MB, vCPUs);
+    ``stages`` 2: memory and compute pools (an execution's stage ``k`` runs on
+    function ``k``), 1: one pool whose instances hold every function (each
+    execution billed once per function)."""
+
+    functions: tuple[tuple[float, float], ...]
+    stages: int
+    serverful: bool = False
+
+    def summary(self, name: str, **kw: Any) -> RunSummary:
+        return RunSummary(name, self.functions, self.stages, self.serverful, **kw)
 
 
 @dataclass
 class PolicyRun:
-    """One policy's simulated run: per request, per invocation, per instance."""
+    """One policy's simulated run, whole: per request, per invocation, per instance."""
 
     name: str
     arrivals: np.ndarray
@@ -85,10 +120,16 @@ class PolicyRun:
     # per invocation, which ``billing`` function ran it (memory and compute pools
     # simulated apart); None: each execution is billed once per function
     inv_fn: np.ndarray | None = None
+    timeout_s: float = 30.0
 
     @property
     def latency(self) -> np.ndarray:
         return np.where(self.dropped, np.nan, self.done - self.arrivals)
+
+    @property
+    def instances(self) -> Instances:
+        return Instances(self.inst_spawn, self.inst_stop, self.inst_mb, self.inst_vcpus,
+                         self.cold_starts)  # fmt: skip
 
     @property
     def gb_s(self) -> float:
@@ -112,7 +153,7 @@ class PolicyRun:
             return self
         r = self.arrivals >= t0
         e = self.inv_start >= t0
-        i = self.inst_stop > t0
+        inst = self.instances.after(t0)
         return replace(
             self,
             arrivals=self.arrivals[r] - t0,
@@ -124,11 +165,11 @@ class PolicyRun:
             inv_start=self.inv_start[e] - t0,
             inv_end=self.inv_end[e] - t0,
             inv_mb=self.inv_mb[e],
-            inst_spawn=np.maximum(self.inst_spawn[i], t0) - t0,
-            inst_stop=self.inst_stop[i] - t0,
-            inst_mb=self.inst_mb[i],
-            inst_vcpus=self.inst_vcpus[i],
-            cold_starts=int((self.inst_spawn >= t0).sum()),
+            inst_spawn=inst.spawn,
+            inst_stop=inst.stop,
+            inst_mb=inst.mb,
+            inst_vcpus=inst.vcpus,
+            cold_starts=inst.cold_starts,
             inv_fn=None if self.inv_fn is None else self.inv_fn[e],
         )
 
@@ -137,636 +178,240 @@ class PolicyRun:
         ends.append(self.inv_end.max(initial=0.0))
         return max(int(math.ceil(max(ends))), 1)
 
+    def _stages(self) -> list[np.ndarray]:
+        """Per stage, which invocations are its (execution order)."""
+        if self.inv_fn is None:
+            return [np.ones(self.inv_start.size, bool)]
+        return [self.inv_fn == k for k in range(len(self.billing))]
+
     def timeline(self, seconds: int | None = None) -> dict[str, np.ndarray]:
-        """Every second: arrivals, completions, in flight, instances, allocated and busy GB."""
-        n = seconds or self.horizon()
-        ok = ~self.dropped
-        return {
-            "second": np.arange(n),
-            "arrivals": counts_per_second(self.arrivals, n),
-            "completions": counts_per_second(self.done[ok], n),
-            "in_flight": in_flight(self.arrivals, np.where(ok, self.done, np.inf), n),
-            "instances": coverage(self.inst_spawn, self.inst_stop, 1.0, n),
-            "allocated_gb": coverage(self.inst_spawn, self.inst_stop, self.inst_mb / 1024.0, n),
-            "busy_gb": coverage(self.inv_start, self.inv_end, self.inv_mb / 1024.0, n),
-        }
+        """Every second: arrivals, completions, in flight, instances, allocated
+        and busy GB (:class:`~gnn_faas.traces.timeline.Timeline`)."""
+        tl = Timeline()
+        tl.requests(self.arrivals, np.where(self.dropped, np.inf, self.done))
+        for m in self._stages():
+            if m.any():
+                tl.invocations(self.inv_start[m], self.inv_end[m], float(self.inv_mb[m][0]) / 1024)
+        return tl.columns(self.inst_spawn, self.inst_stop, self.inst_mb,
+                          seconds or self.horizon())  # fmt: skip
 
     def peak(self) -> tuple[float, float]:
         """Peak (vCPUs, GiB) alive at once (at instance spawns)."""
-        if self.inst_spawn.size == 0:
-            return 0.0, 0.0
-        t = np.concatenate([self.inst_spawn, self.inst_stop])
-        order = np.argsort(t, kind="stable")
-        # stops sort before spawns at the same time (a replacement is not a peak)
-        kind = np.concatenate([np.ones(self.inst_spawn.size), -np.ones(self.inst_stop.size)])
-        order = np.lexsort((kind, t))
-        v = np.concatenate([self.inst_vcpus, -self.inst_vcpus])[order]
-        g = np.concatenate([self.inst_mb, -self.inst_mb])[order] / 1024.0
-        return float(np.cumsum(v).max()), float(np.cumsum(g).max())
-
-    def summary(self, slo_s: float, prices: dict[str, Price], duration_s: float) -> dict:
-        lat = self.latency[~self.dropped]
-        n = int(self.arrivals.size)
-        q = np.percentile(lat, [50, 99]) * 1e3 if lat.size else np.zeros(2)
-        d = self.inv_end - self.inv_start
-        if self.inv_fn is not None:  # each stage billed to its own function
-            durations, executions = d, int((self.inv_fn == 0).sum())
-            mb = np.asarray([m for m, _ in self.billing])[self.inv_fn]
-            vcpus = np.asarray([v for _, v in self.billing])[self.inv_fn]
-        else:
-            durations, executions = np.concatenate([d for _ in self.billing]), int(d.size)
-            mb = np.concatenate([np.full(d.size, m) for m, _ in self.billing])
-            if self.name == "request_centric" and "request_mb" in self.extra:
-                mb[: d.size] = self.extra["request_mb"]
-            vcpus = np.concatenate([np.full(d.size, v) for _, v in self.billing])
-        peak_vcpus, peak_gib = self.peak()
-        return {
-            "requests": n,
-            "completed": int(n - self.dropped.sum()),
-            "dropped": int(self.dropped.sum()),
-            "p50_ms": float(q[0]),
-            "p99_ms": float(q[1]),
-            "mean_ms": float(lat.mean() * 1e3) if lat.size else 0.0,
-            "slo_violations": int((lat > slo_s).sum() + self.dropped.sum()),
-            "gb_s": self.gb_s,
-            "busy_gb_s": self.busy_gb_s,
-            "vcpu_s": self.vcpu_s,
-            "gb_s_per_request": self.gb_s / max(n, 1),
-            "cold_starts": int(self.cold_starts),
-            "cold_requests": int(self.cold.sum()),
-            "executions": executions,
-            "peak_instances": int(round(self.peak_instances())),
-            "mean_memory_gb": self.gb_s / max(duration_s, 1e-9),
-            "mean_sharing_degree": float(self.sharing.mean()) if n else 0.0,
-            "dollars": dollars(
-                prices,
-                serverful=self.serverful,
-                durations_s=durations,
-                memory_mb=mb,
-                vcpus=vcpus,
-                duration_s=duration_s,
-                peak_vcpus=peak_vcpus,
-                peak_gib=peak_gib,
-                requests=n,
-            ),
-            "wall_s": self.wall_s,
-            **{k: v for k, v in self.extra.items() if k != "request_mb"},
-        }
+        return self.instances.peak()
 
     def peak_instances(self) -> float:
-        if self.inst_spawn.size == 0:
-            return 0.0
-        t = np.concatenate([self.inst_spawn, self.inst_stop])
-        kind = np.concatenate([np.ones(self.inst_spawn.size), -np.ones(self.inst_stop.size)])
-        order = np.lexsort((kind, t))
-        return float(np.cumsum(kind[order]).max())
+        return self.instances.peak_count()
 
-
-# -- gnn_faas: the gateway's own code on a fake clock -----------------------------------
-
-
-def run_buffers(
-    stream: RequestStream,
-    config: BufferConfig,
-    configurator: Any,
-    num_nodes: int,
-    progress: Callable[[int], None] | None = None,
-) -> tuple[np.ndarray, np.ndarray, list, BufferPoolState]:
-    """Every request through :class:`BufferPoolState` (router, buffers, timeout
-    decisions, global moves). Returns per request its close time and execution
-    index, the closed buffers in close order, and the final state."""
-    state = BufferPoolState(config, num_nodes)
-
-    def decide(b, s, now):  # the configurator the gateway would call
-        return int(configurator.decide(s))
-
-    n = len(stream)
-    close = np.empty(n)
-    exec_of = np.empty(n, dtype=np.int64)
-    closed_all: list = []
-    arrivals = stream.arrivals.tolist()
-    set_index = stream.set_index
-    indptr, indices = stream.sets.indptr, stream.sets.indices
-    slo = config.slo_s
-
-    def take(closed: list) -> None:
-        for cb in closed:
-            e = len(closed_all)
-            closed_all.append(cb)
-            ids = [r.id for r in cb.requests]
-            close[ids] = cb.closed_at
-            exec_of[ids] = e
-
-    next_event = math.inf
-    step = max(n // 100, 1)
-    for i in range(n):
-        a = arrivals[i]
-        while next_event <= a:
-            take(state.advance(next_event, decide))
-            next_event = state.next_event_time()
-        j = set_index[i]
-        u = indices[indptr[j] : indptr[j + 1]]
-        _, _, closed = state.submit(PendingRequest(i, u, a, a + slo), a)
-        if closed:
-            take(closed)
-        next_event = state.next_event_time()
-        if progress is not None and i % step == 0:
-            progress(i)
-    while next_event < math.inf:
-        take(state.advance(next_event, decide))
-        next_event = state.next_event_time()
-    return close, exec_of, closed_all, state
-
-
-def run_load_aware(
-    ready: np.ndarray,
-    service: np.ndarray,
-    *,
-    cold_s: float,
-    keep_alive_s: float,
-    max_instances: int,
-    min_instances: int,
-    policy_cls: type[LoadAwarePolicy] = LoadAwarePolicy,
-    end_s: float = 0.0,
-) -> PoolRun:
-    """Executions (sorted by ``ready``) dispatched by the gateway's load-aware
-    policy on a fake clock: launches become ready ``cold_s`` later, runs take
-    ``service`` seconds, idle instances stop after ``keep_alive_s``."""
-    n = int(ready.size)
-    clock = FakeClock(0.0)
-    policy = policy_cls(max_instances, clock=clock, name="pair")
-    sim = _LoadAwareRun(policy, clock, ready.tolist(), service.tolist(), cold_s, keep_alive_s)
-    sim.prewarm(min_instances)
-    for i in range(n):
-        a = sim.ready[i]
-        sim.run_events(a)
-        sim.clock.set(a)
-        sim.expire(a)
-        sim.act(sim.policy.submit(i), a)
-    horizon = max(end_s, max(sim.end, default=0.0))
-    sim.run_events(horizon)
-    sim.expire(horizon)
-    spawn, stop = sim.lives(horizon)
-    return PoolRun(
-        np.asarray(sim.start),
-        np.asarray(sim.end),
-        sim.cold,
-        spawn,
-        np.maximum(stop, spawn),
-        prewarmed=min_instances,
-    )
-
-
-class _LoadAwareRun:
-    """The state of :func:`run_load_aware`: the policy on its fake clock, the
-    event heap ``(time, seq, kind: 0 ready / 1 finished, instance)``, each
-    instance's spawn, warm and stop times, each execution's start and end."""
-
-    def __init__(
-        self,
-        policy: LoadAwarePolicy,
-        clock: FakeClock,
-        ready: list[float],
-        service: list[float],
-        cold_s: float,
-        keep_alive_s: float,
-    ):
-        self.policy, self.clock = policy, clock
-        self.ready, self.service = ready, service
-        self.cold_s, self.keep_alive_s = cold_s, keep_alive_s
-        n = len(ready)
-        self.cold = np.zeros(n, dtype=bool)
-        self.start = [0.0] * n
-        self.end = [0.0] * n
-        self.spawn: dict[Any, float] = {}
-        self.warm_at: dict[Any, float] = {}
-        self.stop: dict[Any, float] = {}
-        self.events: list = []
-        self.seq = 0
-
-    def prewarm(self, count: int) -> None:
-        """``count`` instances warm at time 0 (launched before the trace)."""
-        for _ in range(count):
-            launch = self.policy.launch()
-            self.spawn[launch.instance] = self.warm_at[launch.instance] = 0.0
-            self.policy.ready(launch.instance)
-
-    def act(self, actions: list, now: float) -> None:
-        for a in actions:
-            if type(a) is Run:
-                i = a.item
-                self.start[i] = now
-                self.end[i] = e = now + self.service[i]
-                self.cold[i] = self.spawn[a.instance] >= self.ready[i] and now == self.warm_at.get(
-                    a.instance
-                )
-                heapq.heappush(self.events, (e, self.seq, 1, a.instance))
-            else:  # Launch
-                self.spawn[a.instance] = now
-                heapq.heappush(self.events, (now + self.cold_s, self.seq, 0, a.instance))
-            self.seq += 1
-
-    def expire(self, now: float) -> None:
-        """Idle instances past their keep-alive stop (checked lazily before each
-        submit: only a submit could have given them work)."""
-        for inst, s in list(self.policy.instances.items()):
-            if s.state == IDLE and s.since + self.keep_alive_s <= now and self.policy.remove(inst):
-                self.stop[inst] = s.since + self.keep_alive_s
-
-    def run_events(self, until: float) -> None:
-        events = self.events
-        while events and events[0][0] <= until:
-            t, _, kind, inst = heapq.heappop(events)
-            self.clock.set(t)
-            if kind == 0:
-                self.warm_at[inst] = t
-                self.act(self.policy.ready(inst), t)
-            else:
-                self.act(self.policy.finished(inst), t)
-
-    def lives(self, horizon: float) -> tuple[np.ndarray, np.ndarray]:
-        """``(spawn, stop)`` per instance in launch order; those still alive at
-        the end stop when their keep-alive ends or the run does."""
-        for inst in self.spawn:
-            if inst not in self.stop:
-                s = self.policy.instances[inst]
-                self.stop[inst] = (
-                    min(s.since + self.keep_alive_s, horizon) if s.state == IDLE else horizon
-                )
-        ids = list(self.spawn)
-        return (
-            np.asarray([self.spawn[i] for i in ids]),
-            np.asarray([self.stop[i] for i in ids]),
+    def summary(self, slo_s: float, prices: dict[str, Price], duration_s: float) -> dict:
+        """The figures of :meth:`RunSummary.result` for this (already cut) run."""
+        stages = self._stages()
+        acc = Billing(self.billing, len(stages), self.serverful).summary(
+            self.name, timeout_s=self.timeout_s
         )
+        try:
+            acc.requests(self.arrivals, self.done, self.cold, self.sharing, self.dropped)
+            for k, m in enumerate(stages):
+                acc.invocations(k, self.inv_start[m], self.inv_end[m])
+            return acc.result(slo_s, prices, duration_s, self.instances, self.extra, self.wall_s)
+        finally:
+            acc.close()
+
+
+# -- the policies: each runs over the stream into a sink ---------------------------------
 
 
 @dataclass(frozen=True)
-class SimulationSetup:
-    """What every policy shares."""
+class Ran:
+    """What a policy's run reports beyond its sink: its instances and figures."""
 
-    stream: RequestStream
-    calibration: Calibration
-    num_nodes: int
-    duration_s: float
-    buffer_config: BufferConfig
-    configurator: Any
-    timeout_s: float = 30.0
-    policy_cls: type[LoadAwarePolicy] = LoadAwarePolicy
-    workers: int = 1  # processes for the gnn_faas buffer pass
-    seed: int | None = 0  # draws of measured service-time variation (None: the fit alone)
+    instances: Instances
+    extra: dict
 
 
-def _finish(
-    name: str,
-    setup: SimulationSetup,
-    pool: PoolRun | TandemRun,
-    billing: tuple[tuple[float, float], ...],
-    *,
-    request_exec: np.ndarray | None = None,
-    serverful: bool = False,
-    buffer_wait: np.ndarray | None = None,
-    sharing: np.ndarray | None = None,
-    extra: dict | None = None,
-) -> PolicyRun:
-    """The policy's run from its pool(s). ``billing``: per function, (memory
-    MB, vCPUs). A :class:`TandemRun` has a memory and a compute pool: its
-    invocations are the stages (``inv_fn`` 0 and 1, billed as ``billing[0]``
-    and ``billing[1]``), its instances both pools' at their own sizes; a
-    :class:`PoolRun` is one pool whose instances hold every function (their
-    memory and vCPUs summed), each execution billed once per function.
-    ``request_exec``: each request's execution (default: its own)."""
-    inst_mb = float(sum(mb for mb, _ in billing))
-    inst_vcpus = float(sum(v for _, v in billing))
-    arr = setup.stream.arrivals
-    idx = request_exec if request_exec is not None else np.arange(arr.size)
-    done = pool.end[idx]
-    dropped = done - arr > setup.timeout_s
-    inv_fn = None
-    if isinstance(pool, TandemRun):
-        stages = (pool.memory, pool.compute)
-        (m_mb, m_cpu), (c_mb, c_cpu) = billing
-        inv_start = np.concatenate([p.start for p in stages])
-        inv_end = np.concatenate([p.end for p in stages])
-        inv_fn = np.repeat([0, 1], [p.start.size for p in stages])
-        inv_mb = np.where(inv_fn == 0, m_mb, c_mb)
-        spawn = np.concatenate([p.spawn for p in stages])
-        stop = np.concatenate([p.stop for p in stages])
-        kind = np.repeat([0, 1], [p.spawn.size for p in stages])
-        mb, vcpus = np.where(kind == 0, m_mb, c_mb), np.where(kind == 0, m_cpu, c_cpu)
+def _instances(lives, prewarmed, billing: Billing) -> Instances:
+    """Instances of every pool (memory then compute, or the pairs), each
+    pool's at its own size (pairs: every function's memory and vCPUs)."""
+    spawn = np.concatenate([s for s, _ in lives])
+    stop = np.concatenate([t for _, t in lives])
+    if billing.stages == 1:
+        mb = [float(sum(m for m, _ in billing.functions))]
+        vcpus = [float(sum(v for _, v in billing.functions))]
     else:
-        inv_start, inv_end = pool.start, pool.end
-        inv_mb = np.full(pool.start.size, inst_mb)
-        spawn, stop = pool.spawn, pool.stop
-        mb, vcpus = np.full(spawn.size, inst_mb), np.full(spawn.size, inst_vcpus)
-    return PolicyRun(
-        name=name,
-        arrivals=arr,
-        done=np.where(dropped, np.inf, done),
-        cold=pool.cold[idx],
-        buffer_wait=buffer_wait if buffer_wait is not None else np.zeros(arr.size),
-        sharing=sharing if sharing is not None else np.zeros(arr.size),
-        dropped=dropped,
-        inv_start=inv_start,
-        inv_end=inv_end,
-        inv_mb=inv_mb,
-        inst_spawn=spawn,
-        inst_stop=stop,
-        inst_mb=mb.astype(np.float64),
-        inst_vcpus=vcpus.astype(np.float64),
-        cold_starts=pool.cold_starts,
-        serverful=serverful,
-        billing=billing,
-        extra=extra or {},
-        inv_fn=inv_fn,
-    )
+        mb = [float(m) for m, _ in billing.functions]
+        vcpus = [float(v) for _, v in billing.functions]
+    sizes = [s.size for s, _ in lives]
+    return Instances(spawn, stop, np.repeat(mb, sizes).astype(np.float64),
+                     np.repeat(vcpus, sizes).astype(np.float64),
+                     int(spawn.size) - int(sum(prewarmed)))  # fmt: skip
 
 
-def _function_pools(setup: SimulationSetup, run_stage: Callable[..., PoolRun],
-                    ready: np.ndarray, service: np.ndarray) -> PoolRun | TandemRun:  # fmt: skip
-    """Memory and compute pools in series when the calibration measured the
-    memory share (as the gateway runs them), else memory+compute pairs.
-    ``run_stage(ready, service, cold_s)`` is one pool's pass."""
+def billing_of(name: str, setup: SimulationSetup) -> Billing:
     cal = setup.calibration
-    if cal.memory_share is None:
-        return run_stage(ready, service, cal.cold_start_s)
-    return run_tandem(
-        ready, service, cal.memory_share,
-        lambda r, sv: run_stage(r, sv, cal.cold_start_memory_s),
-        lambda r, sv: run_stage(r, sv, cal.cold_start_compute_s),
-    )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class BufferPass:
-    """Per request: when its buffer closed, which execution (buffer) it is in,
-    that buffer's union size and sharing degree; plus the pool's close reasons."""
-
-    close: np.ndarray
-    execution: np.ndarray
-    union: np.ndarray
-    sharing: np.ndarray
-    reasons: dict[str, int]
-
-
-def buffer_pass(stream: RequestStream, config: BufferConfig, configurator: Any,
-                num_nodes: int, progress=None) -> BufferPass:  # fmt: skip
-    close, exec_of, closed, state = run_buffers(stream, config, configurator, num_nodes, progress)
-    union = np.fromiter((cb.union_size for cb in closed), np.int64, len(closed))
-    sharing = np.fromiter((cb.sharing_degree for cb in closed), float, len(closed))
-    return BufferPass(close, exec_of, union[exec_of], sharing[exec_of],
-                      dict(state.stats()["close_reasons"]))  # fmt: skip
-
-
-def parallel_buffer_pass(
-    stream: RequestStream,
-    config: BufferConfig,
-    configurator: Any,
-    num_nodes: int,
-    workers: int,
-    progress=None,
-    lead_s: float = 5.0,
-    min_requests: int | None = None,
-) -> BufferPass:
-    """See :func:`start_buffer_pass` (this one waits for the result)."""
-    return start_buffer_pass(
-        stream, config, configurator, num_nodes, workers, progress, lead_s, min_requests
-    )()
-
-
-def start_buffer_pass(
-    stream: RequestStream,
-    config: BufferConfig,
-    configurator: Any,
-    num_nodes: int,
-    workers: int,
-    progress=None,
-    lead_s: float = 5.0,
-    min_requests: int | None = None,
-) -> Callable[[], BufferPass]:
-    """:func:`buffer_pass` over ``workers`` consecutive slices of the stream in
-    forked processes (the gateway's code is Python per request; a day of
-    arrivals needs more than one core). Each slice after the first replays the
-    ``lead_s`` seconds before it first (not recorded), so its buffers, arrival
-    rate and timeout decisions start from the state the serial run has there
-    (a buffer lives at most ``Tmax``, a fraction of a second). Results come back
-    through shared memory as raw arrays (no pickle)."""
-    import mmap
-    import os
-
-    n = len(stream)
-    min_requests = PARALLEL_MIN_REQUESTS if min_requests is None else min_requests
-    if workers <= 1 or n < min_requests or not hasattr(os, "fork"):
-        done = buffer_pass(stream, config, configurator, num_nodes, progress)
-        return lambda: done
-    shm = mmap.mmap(-1, n * 32)
-    close = np.frombuffer(shm, np.float64, n, 0)
-    execution = np.frombuffer(shm, np.int64, n, 8 * n)
-    union = np.frombuffer(shm, np.int64, n, 16 * n)
-    sharing = np.frombuffer(shm, np.float64, n, 24 * n)
-    bounds = np.linspace(0, n, workers + 1).astype(np.int64)
-    arr = stream.arrivals
-    pids = []
-    for w in range(workers):
-        lo, hi = int(bounds[w]), int(bounds[w + 1])
-        first = int(np.searchsorted(arr, arr[lo] - lead_s)) if w else lo
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - runs in the child
-            code = 1
-            try:
-                sub = RequestStream(arr[first:hi], stream.targets[first:hi],
-                                    stream.set_index[first:hi], stream.sets)  # fmt: skip
-                report = None
-                if progress is not None and w == 0:
-
-                    def report(i):  # noqa: E306 - progress of the first slice, scaled
-                        progress(i * workers)
-
-                bp = buffer_pass(sub, config, configurator, num_nodes, report)
-                k = slice(lo - first, hi - first)
-                close[lo:hi] = bp.close[k]
-                execution[lo:hi] = bp.execution[k] + (w << 40)
-                union[lo:hi] = bp.union[k]
-                sharing[lo:hi] = bp.sharing[k]
-                code = 0
-            finally:
-                os._exit(code)
-        pids.append(pid)
-
-    def join() -> BufferPass:
-        failed = [pid for pid in pids if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0]
-        if failed:
-            raise RuntimeError(f"{len(failed)} simulation worker(s) failed")
-        return BufferPass(close.copy(), execution.copy(), union.copy(), sharing.copy(), {})
-
-    return join
-
-
-def simulate_gnn_faas(
-    setup: SimulationSetup, progress=None, started: Callable[[], BufferPass] | None = None
-) -> PolicyRun:
-    """The gateway's buffers and pools. Under a work-conserving objective the
-    buffers and pools run in one loop (:mod:`gnn_faas.traces.gateway_sim`:
-    an execution's end releases the backlog); under ``cost`` the buffers do
-    not depend on the pools, so their pass runs first (forked over slices of
-    the stream for long traces) and the pools after."""
-    if setup.buffer_config.objective != "cost":
-        return _gnn_faas_coupled(setup, progress)
-    cal, s = setup.calibration, setup.stream
-    if started is None:
-        started = start_buffer_pass(s, setup.buffer_config, setup.configurator,
-                                    setup.num_nodes, setup.workers, progress)  # fmt: skip
-    bp = started()
-    keys, first, exec_of = np.unique(bp.execution, return_index=True, return_inverse=True)
-    ready, rows = bp.close[first], bp.union[first]
-    order = np.argsort(ready, kind="stable")  # executions in close order
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.size)
-
-    def stage(r: np.ndarray, service: np.ndarray, cold_s: float) -> PoolRun:
-        return run_load_aware(
-            r, service, cold_s=cold_s, keep_alive_s=cal.keep_alive_s,
-            max_instances=cal.max_instances, min_instances=cal.min_instances,
-            policy_cls=setup.policy_cls, end_s=setup.duration_s,
+    stages = 1 if cal.memory_share is None else 2
+    if name in ("gnn_faas", "faas_gnn"):
+        return Billing(
+            ((cal.memory_function_mb, cal.memory_vcpus),
+             (cal.compute_function_mb, cal.compute_vcpus)), stages,
         )  # fmt: skip
-
-    pool = _function_pools(setup, stage, ready[order], cal.exec_s(rows[order], seed=setup.seed))
-    extra = {
-        "buffers": int(keys.size),
-        "requests_per_buffer": s.arrivals.size / max(keys.size, 1),
-        "buffer_close_reasons": bp.reasons,
-        "aggregated_rows_per_request": float(rows.sum() / max(s.arrivals.size, 1)),
-        "workers": setup.workers,
-        "objective": "cost",
-    }
-    return _finish(
-        "gnn_faas", setup, pool, _stage_billing(cal), request_exec=rank[exec_of],
-        buffer_wait=bp.close - s.arrivals, sharing=bp.sharing, extra=extra,
-    )  # fmt: skip
+    if name == "serverful":
+        return Billing(((cal.full_graph_mb + cal.compute_function_mb, cal.pair_vcpus),), 1, True)
+    return Billing(((_memory_mb(name, setup), cal.memory_vcpus),
+                    (cal.compute_function_mb, cal.compute_vcpus)), 1)  # fmt: skip
 
 
-def _stage_billing(cal: Calibration) -> tuple[tuple[float, float], ...]:
-    return (
-        (cal.memory_function_mb, cal.memory_vcpus),
-        (cal.compute_function_mb, cal.compute_vcpus),
-    )
+def _memory_mb(name: str, setup: SimulationSetup) -> float:
+    """request_centric sizes memory for the stream's largest request;
+    dgl_serverless holds the whole graph."""
+    cal = setup.calibration
+    if name == "dgl_serverless":
+        return cal.full_graph_mb
+    return float(cal.request_mb(setup.stream.size_stats()[0]))
 
 
-def _gnn_faas_coupled(setup: SimulationSetup, progress=None) -> PolicyRun:
-    cal, s = setup.calibration, setup.stream
-    state = BufferPoolState(setup.buffer_config, setup.num_nodes)
-    state.set_capacity(cal.max_instances, 0.0)  # the gateway's: the memory pool's cap
+def run_gnn_faas(setup: SimulationSetup, sink: RunSink, progress=None) -> Ran:
+    """The gateway's buffers and pools in one loop (:mod:`gnn_faas.traces.gateway_sim`);
+    under ``cost`` the buffers are not told when executions end (the gate is
+    off) and each pool's run ends with its last execution."""
+    cal, bc = setup.calibration, setup.buffer_config
+    cost = bc.objective == "cost"
+    state = BufferPoolState(bc, setup.num_nodes)
+    if not cost:
+        state.set_capacity(cal.max_instances, 0.0)  # the gateway's: the memory pool's cap
 
     def decide(b, st, now):  # the configurator the gateway would call
         return int(setup.configurator.decide(st))
 
-    bc = setup.buffer_config  # the gateway's launch budget (scheduler.model_functions)
+    # the gateway's launch budget (scheduler.model_functions)
     ratio = bc.latency_slack if bc.objective == "balanced" else None
-    run = run_gateway(s, cal, state, decide, seed=setup.seed, end_s=setup.duration_s,
-                      progress=progress, policy_cls=setup.policy_cls,
-                      launch_wait_ratio=ratio)  # fmt: skip
-    members = np.bincount(run.execution, minlength=run.rows.size)
-    total = np.bincount(run.execution, weights=s.sizes, minlength=run.rows.size)
-    sharing = 1.0 - run.rows / np.maximum(total, 1)
+    res = run_gateway(setup.stream, cal, state, decide, seed=setup.seed, end_s=setup.duration_s,
+                      progress=progress, policy_cls=setup.policy_cls, launch_wait_ratio=ratio,
+                      tandem=cost, sink=sink)  # fmt: skip
+    n = len(setup.stream)
     extra = {
-        "buffers": int(run.rows.size),
-        "requests_per_buffer": s.arrivals.size / max(run.rows.size, 1),
-        "buffer_close_reasons": run.reasons,
-        "aggregated_rows_per_request": float(run.rows.sum() / max(s.arrivals.size, 1)),
-        "objective": setup.buffer_config.objective,
-        "gate": run.gate,
-        "max_requests_per_execution": int(members.max(initial=0)),
+        "buffers": res.executions,
+        "requests_per_buffer": n / max(res.executions, 1),
+        "buffer_close_reasons": res.reasons,
+        "aggregated_rows_per_request": res.rows_total / max(n, 1),
+        "objective": bc.objective,
     }
-    return _finish(
-        "gnn_faas", setup, run.pools, _stage_billing(cal), request_exec=run.execution,
-        buffer_wait=run.dispatched - s.arrivals, sharing=sharing[run.execution], extra=extra,
-    )  # fmt: skip
+    if not cost:
+        extra["gate"] = res.gate
+        extra["max_requests_per_execution"] = res.max_members
+    return Ran(_instances(res.lives, res.prewarmed, billing_of("gnn_faas", setup)), extra)
 
 
-def _pool_pass(
-    setup: SimulationSetup, ready: np.ndarray, service: np.ndarray, mode: str, cold_s: float, **kw
-) -> PoolRun:
-    """One :func:`run_pool` pass with the calibration's keep-alive and floor."""
-    cal = setup.calibration
-    return run_pool(
-        ready,
-        service,
-        mode=mode,
-        cold_s=cold_s,
-        keep_alive_s=cal.keep_alive_s,
-        min_instances=cal.min_instances,
-        end_s=setup.duration_s,
-        **kw,
-    )
-
-
-def _per_request(setup: SimulationSetup, mode: str, cold_s: float, **kw) -> PoolRun:
-    service = setup.calibration.exec_s(setup.stream.sizes, seed=setup.seed)
-    return _pool_pass(setup, setup.stream.arrivals, service, mode, cold_s, **kw)
-
-
-def simulate_faas_gnn(setup: SimulationSetup, progress=None) -> PolicyRun:
+def run_faas_gnn(setup: SimulationSetup, sink: RunSink, progress=None) -> Ran:
     """Every request its own execution at its arrival, on the gateway's
     load-aware pools (the loop ``gnn_faas`` runs, without buffers)."""
-    cal = setup.calibration
-    run = run_gateway(setup.stream, cal, None, seed=setup.seed, end_s=setup.duration_s,
-                      policy_cls=setup.policy_cls)  # fmt: skip
-    extra = {"aggregated_rows_per_request": float(setup.stream.sizes.mean())}
-    return _finish("faas_gnn", setup, run.pools, _stage_billing(cal),
-                   request_exec=run.execution, extra=extra)  # fmt: skip
+    res = run_gateway(setup.stream, setup.calibration, None, seed=setup.seed,
+                      end_s=setup.duration_s, progress=progress, policy_cls=setup.policy_cls,
+                      sink=sink)  # fmt: skip
+    n = len(setup.stream)
+    extra = {"aggregated_rows_per_request": setup.stream.size_stats()[1] / max(n, 1)}
+    return Ran(_instances(res.lives, res.prewarmed, billing_of("faas_gnn", setup)), extra)
 
 
-def simulate_request_centric(setup: SimulationSetup, progress=None) -> PolicyRun:
-    cal = setup.calibration
-    pool = _per_request(setup, "naive", cal.cold_start_s)
-    mem_mb = float(cal.request_mb(setup.stream.sizes.max()))  # sized for the largest request
-    billing = ((mem_mb, cal.memory_vcpus), (cal.compute_function_mb, cal.compute_vcpus))
-    extra = {"memory_function_mb": mem_mb}
-    return _finish("request_centric", setup, pool, billing, extra=extra)
+class _ServiceTimes:
+    """Per request ``T(|U_r|)`` times its drawn measured ratio
+    (:meth:`Calibration.exec_s` over the whole stream, drawn in chunks)."""
+
+    def __init__(self, setup: SimulationSetup):
+        cal = self.cal = setup.calibration
+        self.sizes = setup.stream.sets.sizes
+        self.ratios = cal.residual_ratios() if setup.seed is not None and cal.samples else None
+        self.rng = np.random.default_rng(setup.seed)
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        t = self.cal.exec_intercept_s + self.cal.exec_per_row_s * np.asarray(
+            self.sizes[rows], dtype=np.float64
+        )
+        if self.ratios is None:
+            return t
+        return t * self.ratios[self.rng.integers(0, self.ratios.size, t.shape)]
 
 
-def simulate_dgl_serverless(setup: SimulationSetup, progress=None) -> PolicyRun:
-    cal = setup.calibration
-    pool = _per_request(setup, "naive", cal.cold_start_s + cal.full_fetch_s)
-    mem_mb = cal.full_graph_mb
-    billing = ((mem_mb, cal.memory_vcpus), (cal.compute_function_mb, cal.compute_vcpus))
-    return _finish("dgl_serverless", setup, pool, billing, extra={"memory_function_mb": mem_mb})
+def _run_pool(setup: SimulationSetup, sink: RunSink, sim: PoolSim, progress=None,
+              plan: _ServerfulPlan | None = None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Every request through ``sim`` at its arrival; the instances' lives."""
+    service = _ServiceTimes(setup)
+    for lo, arrivals, rows in setup.stream.chunks():
+        s = service(rows)
+        if plan is not None:
+            plan.add(arrivals, s)
+        start, end, cold = sim.feed(arrivals, s)
+        sink.invocations(0, start, end)
+        sink.requests(lo, end, cold, None, None)
+        if progress is not None:
+            progress(lo + arrivals.size)
+    return sim.finish(setup.duration_s)
+
+
+def _run_naive(name: str, cold_s: float):
+    def run(setup: SimulationSetup, sink: RunSink, progress=None) -> Ran:
+        cal = setup.calibration
+        sim = PoolSim("naive", cold_s(cal), keep_alive_s=cal.keep_alive_s,
+                      min_instances=cal.min_instances)  # fmt: skip
+        lives = [_run_pool(setup, sink, sim, progress)]
+        billing = billing_of(name, setup)
+        extra = {"memory_function_mb": billing.functions[0][0]}
+        return Ran(_instances(lives, [cal.min_instances], billing), extra)
+
+    return run
+
+
+run_request_centric = _run_naive("request_centric", lambda cal: cal.cold_start_s)
+run_dgl_serverless = _run_naive("dgl_serverless", lambda cal: cal.cold_start_s + cal.full_fetch_s)
 
 
 def serverful_plan(arrivals: np.ndarray, service: np.ndarray, duration_s: float) -> np.ndarray:
     """Instances per minute: ``n_k = max(1, ⌈W_{k−1} / (0.8·60)⌉)`` (``n_0`` from ``W_0``)."""
-    k = max(int(math.ceil(duration_s / SERVERFUL_INTERVAL_S)), 1)
-    minute = np.clip((arrivals // SERVERFUL_INTERVAL_S).astype(np.int64), 0, k - 1)
-    work = np.bincount(minute, weights=service, minlength=k)
-    want = np.maximum(1, np.ceil(work / (SERVERFUL_UTILISATION * SERVERFUL_INTERVAL_S)))
-    return np.concatenate([want[:1], want[:-1]]).astype(np.int64)
+    plan = _ServerfulPlan(duration_s)
+    plan.add(arrivals, service)
+    return np.asarray([plan(k) for k in range(plan.work.size)], dtype=np.int64)
 
 
-def simulate_serverful(setup: SimulationSetup, progress=None) -> PolicyRun:
+class _ServerfulPlan:
+    """:func:`serverful_plan` as the arrivals come: each minute's busy seconds
+    ``W`` summed in arrival order (as ``np.bincount`` sums them), the plan of
+    minute ``k`` asked once minute ``k − 1`` is whole."""
+
+    def __init__(self, duration_s: float):
+        self.work = np.zeros(max(int(math.ceil(duration_s / SERVERFUL_INTERVAL_S)), 1))
+
+    def add(self, arrivals: np.ndarray, service: np.ndarray) -> None:
+        k = self.work.size
+        minute = np.clip((arrivals // SERVERFUL_INTERVAL_S).astype(np.int64), 0, k - 1)
+        np.add.at(self.work, minute, service)
+
+    def want(self, m: int) -> int:
+        w = self.work[m]
+        return int(max(1, np.ceil(w / (SERVERFUL_UTILISATION * SERVERFUL_INTERVAL_S))))
+
+    def __call__(self, k: int) -> int:
+        k = min(k, self.work.size - 1)
+        return self.want(0) if k == 0 else self.want(k - 1)
+
+    def peak(self) -> int:
+        return max(self(k) for k in range(self.work.size))
+
+
+def run_serverful(setup: SimulationSetup, sink: RunSink, progress=None) -> Ran:
     cal = setup.calibration
-    service = cal.exec_s(setup.stream.sizes, seed=setup.seed)
-    plan = serverful_plan(setup.stream.arrivals, service, setup.duration_s)
-    pool = run_pool(
-        setup.stream.arrivals,
-        service,
-        mode="fleet",
-        cold_s=cal.cold_start_s + cal.full_fetch_s,
-        plan=plan,
-        interval_s=SERVERFUL_INTERVAL_S,
-        end_s=setup.duration_s,
-    )
-    mb = cal.full_graph_mb + cal.compute_function_mb
-    return _finish(
-        "serverful", setup, pool, ((mb, cal.pair_vcpus),), serverful=True,
-        extra={"instance_mb": mb, "max_planned_instances": int(plan.max())},
-    )  # fmt: skip
+    plan = _ServerfulPlan(setup.duration_s)
+    sim = PoolSim("fleet", cal.cold_start_s + cal.full_fetch_s, plan=plan,
+                  interval_s=SERVERFUL_INTERVAL_S)  # fmt: skip
+    lives = [_run_pool(setup, sink, sim, progress, plan)]
+    billing = billing_of("serverful", setup)
+    extra = {"instance_mb": billing.functions[0][0], "max_planned_instances": plan.peak()}
+    return Ran(_instances(lives, [0], billing), extra)
 
 
-RUNNERS: dict[str, Callable[..., PolicyRun]] = {
-    "gnn_faas": simulate_gnn_faas,
-    "faas_gnn": simulate_faas_gnn,
-    "request_centric": simulate_request_centric,
-    "dgl_serverless": simulate_dgl_serverless,
-    "serverful": simulate_serverful,
+RUNNERS: dict[str, Callable[..., Ran]] = {
+    "gnn_faas": run_gnn_faas,
+    "faas_gnn": run_faas_gnn,
+    "request_centric": run_request_centric,
+    "dgl_serverless": run_dgl_serverless,
+    "serverful": run_serverful,
 }
 
 
@@ -781,25 +426,118 @@ def parse_policies(spec: str | Sequence[str]) -> list[str]:
     return names
 
 
+# -- whole runs and streamed summaries ------------------------------------------------
+
+
+class _Keep:
+    """A sink that keeps every chunk (for :class:`PolicyRun`)."""
+
+    def __init__(self, stream: RequestStream, stages: int):
+        self.stream = stream
+        self.req: list[tuple] = []
+        self.inv: list[list[tuple]] = [[] for _ in range(stages)]
+
+    def requests(self, lo, done, cold, dispatched, sharing) -> None:
+        self.req.append((lo, done, cold, dispatched, sharing))
+
+    def invocations(self, stage, start, end) -> None:
+        self.inv[stage].append((start, end))
+
+
+def _whole(name: str, setup: SimulationSetup, keep: _Keep, ran: Ran, billing: Billing,
+           wall_s: float) -> PolicyRun:  # fmt: skip
+    arr = setup.stream.arrivals
+    n = arr.size
+    done, cold, wait, sharing = np.zeros(n), np.zeros(n, bool), np.zeros(n), np.zeros(n)
+    for lo, d, c, disp, sh in keep.req:
+        hi = lo + d.size
+        done[lo:hi], cold[lo:hi] = d, c
+        if disp is not None:
+            wait[lo:hi] = disp - arr[lo:hi]
+        if sh is not None:
+            sharing[lo:hi] = sh
+    dropped = done - arr > setup.timeout_s
+    stages = [
+        [np.concatenate([c[j] for c in chunks]) if chunks else np.zeros(0) for j in (0, 1)]
+        for chunks in keep.inv
+    ]
+    inv_fn = None
+    if billing.stages == 2:
+        inv_fn = np.repeat([0, 1], [s.size for s, _ in stages])
+        inv_mb = np.where(inv_fn == 0, *[float(m) for m, _ in billing.functions])
+    else:
+        inv_mb = np.full(stages[0][0].size, float(sum(m for m, _ in billing.functions)))
+    inst = ran.instances
+    return PolicyRun(
+        name=name, arrivals=arr, done=np.where(dropped, np.inf, done), cold=cold,
+        buffer_wait=wait, sharing=sharing, dropped=dropped,
+        inv_start=np.concatenate([s for s, _ in stages]),
+        inv_end=np.concatenate([e for _, e in stages]), inv_mb=inv_mb,
+        inst_spawn=inst.spawn, inst_stop=inst.stop, inst_mb=inst.mb, inst_vcpus=inst.vcpus,
+        cold_starts=inst.cold_starts, serverful=billing.serverful, billing=billing.functions,
+        wall_s=wall_s, extra=ran.extra, inv_fn=inv_fn, timeout_s=setup.timeout_s,
+    )  # fmt: skip
+
+
 def simulate(
     setup: SimulationSetup, policies: Sequence[str], progress=None
 ) -> dict[str, PolicyRun]:
+    """Every policy of ``policies`` on the setup's stream, one after the
+    other, each run kept whole (``progress``: gnn_faas's requests so far)."""
+    if setup.stream.repeats != 1:
+        raise InvalidRequest("a repeated trace is summarised as it runs (summarise), not kept")
+    if len(setup.stream) == 0:
+        raise InvalidRequest("the trace window holds no arrivals")
     out = {}
-    started = None
-    t_started = time.perf_counter()
-    if "gnn_faas" in policies and setup.workers > 1 and setup.buffer_config.objective == "cost":
-        # gnn_faas's buffer pass runs in forked workers while the others simulate
-        started = start_buffer_pass(setup.stream, setup.buffer_config, setup.configurator,
-                                    setup.num_nodes, setup.workers, progress)  # fmt: skip
-    # gnn_faas last, so the others run while its workers do
-    for name in sorted(policies, key=lambda n: n == "gnn_faas"):
+    for name in policies:
         t0 = time.perf_counter()
-        if name == "gnn_faas":
-            run = simulate_gnn_faas(setup, progress, started)
-            if started is not None:
-                t0 = t_started  # its wall time includes the overlapped workers
-        else:
-            run = RUNNERS[name](setup, None)
-        run.wall_s = time.perf_counter() - t0
-        out[name] = run
-    return {name: out[name] for name in policies}
+        billing = billing_of(name, setup)
+        keep = _Keep(setup.stream, billing.stages)
+        ran = RUNNERS[name](setup, keep, progress if name == "gnn_faas" else None)
+        out[name] = _whole(name, setup, keep, ran, billing, time.perf_counter() - t0)
+    return out
+
+
+class _Feed:
+    """A sink that hands chunks to a :class:`RunSummary` (with each chunk's
+    arrivals from the stream) and, when given, to a record writer."""
+
+    def __init__(self, stream: RequestStream, summary: RunSummary, records=None):
+        self.stream, self.summary, self.records = stream, summary, records
+
+    def requests(self, lo, done, cold, dispatched, sharing) -> None:
+        arr = self.stream.arrivals_of(lo, lo + done.size)
+        wait = dispatched - arr if dispatched is not None else np.zeros(arr.size)
+        self.summary.requests(arr, done, cold, sharing)
+        if self.records is not None:
+            self.records.write(arr, done, cold, wait, sharing)
+
+    def invocations(self, stage, start, end) -> None:
+        self.summary.invocations(stage, start, end)
+
+
+def summarise(
+    name: str,
+    setup: SimulationSetup,
+    *,
+    slo_s: float,
+    prices: dict[str, Price],
+    warmup_s: float,
+    measured_s: float,
+    progress: Callable[[int], None] | None = None,
+    timeline: bool = False,
+    records: Any = None,
+    directory: str | None = None,
+) -> tuple[dict, RunSummary]:
+    """Run policy ``name`` and reduce its results as they come: the summary
+    of the window after ``warmup_s`` (:meth:`RunSummary.result`), and the
+    accumulator (its timeline, latency histogram; the caller closes it).
+    ``records``: a writer of every request's record (``write(arrival, done,
+    cold, buffer_wait, sharing)``)."""
+    t0 = time.perf_counter()
+    billing = billing_of(name, setup)
+    acc = billing.summary(name, t0=warmup_s, timeout_s=setup.timeout_s, directory=directory,
+                          keep_timeline=timeline, slos=(slo_s,))  # fmt: skip
+    ran = RUNNERS[name](setup, _Feed(setup.stream, acc, records), progress)
+    wall = time.perf_counter() - t0
+    return acc.result(slo_s, prices, measured_s, ran.instances, ran.extra, wall), acc

@@ -23,6 +23,9 @@ def add_trace_arguments(p: argparse.ArgumentParser, default_minutes: float = 5.0
     g = p.add_argument_group("trace")
     g.add_argument("--trace-file", default=None, help="trace file (default: ../shared/datasets)")
     g.add_argument("--day", action="store_true", help="the whole trace")
+    g.add_argument("--days", type=int, default=None, metavar="N",
+                   help="the whole trace played N times back to back, the request order going "
+                        "on (a week: twitter --days 7); implies --day")  # fmt: skip
     g.add_argument("--minutes", type=float, default=default_minutes, help="window length")
     g.add_argument("--start-minute", type=float, default=0.0, help="window start (minutes)")
     g.add_argument(
@@ -74,7 +77,10 @@ def load_trace(name: str, args: argparse.Namespace) -> Trace:
     warmup = float(getattr(args, "warmup", 0.0) or 0.0)
     if warmup < 0:
         raise InvalidRequest("--warmup must be >= 0 seconds")
-    if args.day:
+    days = getattr(args, "days", None)
+    if days is not None and days < 1:
+        raise InvalidRequest("--days must be at least 1")
+    if args.day or days:
         if warmup:
             raise InvalidRequest("--warmup needs a window (--minutes, --start-minute), not --day")
         return trace

@@ -305,3 +305,15 @@ def test_buffer_pool_passes_the_pools_waits_to_the_gate():
         fits.append(pool.stats["gate"]["single_execution_ms"])
     # the 20 ms prior stays at the 20 ms of work; the whole 30 ms moves it
     assert fits[0] == pytest.approx(20.0) and fits[1] > 20.1
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 99, 100, 101, 1999, 2000])
+def test_percentile99_is_numpys(n):
+    """The gate's p99 is ``np.percentile(x, 99)`` to the bit, ties and all."""
+    from gnn_faas.gateway.work_conserving import percentile99
+
+    rng = np.random.default_rng(n)
+    for _ in range(20):
+        x = rng.exponential(0.03, n)
+        x[rng.random(n) < 0.3] = 0.0215
+        assert percentile99(x) == float(np.percentile(x, 99))

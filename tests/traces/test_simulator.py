@@ -179,38 +179,6 @@ def test_empty_window_is_an_error(bitcoin_graph, calibration):
         simulate(setup_simulation(empty, bitcoin_graph, calibration), ["gnn_faas"])
 
 
-def test_parallel_buffer_pass_matches_serial(bitcoin_graph, calibration):
-    """Forked slices (each replaying the seconds before it) give the serial result."""
-    from gnn_faas.traces.simulator import buffer_pass, parallel_buffer_pass
-
-    day = twitter.load_day(seed=0)
-    s = setup_simulation(day.window(40_000.0, 240.0), bitcoin_graph, calibration)
-    args = (s.stream, s.buffer_config, s.configurator, s.num_nodes)
-    serial = buffer_pass(*args)
-    par = parallel_buffer_pass(*args, workers=2, min_requests=1)
-    assert len(np.unique(par.execution)) == pytest.approx(
-        len(np.unique(serial.execution)), rel=0.01
-    )
-    same = np.isclose(par.close, serial.close)
-    assert same.mean() > 0.99
-    np.testing.assert_allclose(par.union[same].mean(), serial.union[same].mean(), rtol=0.01)
-
-
-def test_all_policies_with_forked_gnn_faas(setup, runs, monkeypatch):
-    """gnn_faas's forked buffer pass overlaps the other policies; results equal
-    the serial run's for every policy (one slice boundary aside)."""
-    from gnn_faas.traces import simulator
-
-    monkeypatch.setattr(simulator, "PARALLEL_MIN_REQUESTS", 1)
-    par = simulate(dataclasses.replace(setup, workers=2), POLICIES)
-    assert list(par) == list(POLICIES)
-    for name in POLICIES[1:]:
-        np.testing.assert_array_equal(par[name].done, runs[name].done)
-    g, s = par["gnn_faas"], runs["gnn_faas"]
-    assert np.isclose(g.buffer_wait, s.buffer_wait).mean() > 0.97
-    assert g.gb_s == pytest.approx(s.gb_s, rel=0.05)
-
-
 @pytest.mark.parametrize("name", POLICIES)
 def test_after_measures_the_window_behind_a_warm_up(runs, setup, name):
     """``after(t0)``: the requests arriving from ``t0``, GB-s as the allocated
