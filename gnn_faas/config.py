@@ -396,8 +396,19 @@ class GraphsConfig:
         """The token that lets a client update ``graph`` (``None``: updates refused)."""
         for t in self.tokens:
             if t.graph == graph:
-                return os.path.expandvars(t.token) or None
-        return os.path.expandvars(self.write_token) or None if self.write_token else None
+                return _secret(t.token)
+        return _secret(self.write_token)
+
+
+def _secret(value: str | None) -> str | None:
+    """A token with ``${VAR}`` read from the environment; ``None`` when empty or
+    when a variable is unset (never the literal ``${VAR}``: anyone could send it)."""
+    if not value:
+        return None
+    out = os.path.expandvars(value)
+    if not out or "$" in out:
+        return None
+    return out
 
 
 @dataclass(frozen=True)

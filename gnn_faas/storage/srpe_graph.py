@@ -198,14 +198,9 @@ def build_srpe_graph(
         raise InvalidRequest("targets must not be empty")
     queries, target_index = _queries(t, overlay)
     cq, nq, cand, deg_c, scores = _candidates(fetcher, queries, overlay)
-    recomputed = select_recomputed(scores, budget, policy, seed)
-    forced = 0
-    if stale is not None and stale.size and cand.size:
-        must = cand[np.isin(cand, stale, assume_unique=True)]
-        forced = int(must.size)
-        if forced:
-            recomputed = np.union1d(recomputed, must)
-            from_state = False  # a stale candidate's stored state is stale too
+    recomputed, forced = _with_stale(select_recomputed(scores, budget, policy, seed), cand, stale)
+    if forced:
+        from_state = False  # a stale candidate's stored state is stale too
 
     delta = None
     if from_state:
@@ -265,6 +260,19 @@ def build_srpe_graph(
         delta=delta,
         stale_recomputed=forced,
     )
+
+
+def _with_stale(
+    recomputed: np.ndarray, cand: np.ndarray, stale: np.ndarray | None
+) -> tuple[np.ndarray, int]:
+    """``recomputed`` plus every candidate whose stored embedding is stale, and
+    how many those are."""
+    if stale is None or stale.size == 0 or cand.size == 0:
+        return recomputed, 0
+    must = cand[np.isin(cand, stale, assume_unique=True)]
+    if must.size == 0:
+        return recomputed, 0
+    return np.union1d(recomputed, must), int(must.size)
 
 
 def _queries(t: np.ndarray, overlay: GraphOverlay | None) -> tuple[np.ndarray, np.ndarray]:

@@ -1,44 +1,21 @@
 """The gateway's dispatch on a simulated clock: buffers and function pools in one loop.
 
-Work-conserving sharing (:mod:`gnn_faas.gateway.work_conserving`) closes a
-buffer when an execution ends, so the buffers cannot be simulated ahead of the
-function pools: this event loop runs both. Requests go through the gateway's
-:class:`~gnn_faas.gateway.buffer_pool.BufferPoolState` (router, buffers, the
-gate, the timeout tree); each closed buffer is one execution of ``T(|U_b|)``
-seconds (the calibration's fit times a seeded draw of its measured ratios),
-dispatched through the gateway's
+Work-conserving sharing closes a buffer when an execution ends, so buffers and
+pools are simulated together. Requests go through the gateway's
+:class:`~gnn_faas.gateway.buffer_pool.BufferPoolState`; each closed buffer is
+one execution of ``T(|U_b|)`` seconds dispatched through the gateway's
 :class:`~gnn_faas.scheduler.function_pool.LoadAwarePolicy` over a memory pool
-and then a compute pool (``memory_share`` of ``T`` in the first, the rest in the
-second, as :mod:`gnn_faas.traces.tandem` describes; one pool of pairs when the
-calibration has no memory share), with cold starts and keep-alive; the end of
-its last stage is reported back to the buffers (:meth:`BufferPoolState.finished`,
-with the time the execution waited in the pools' queues). Under a launch budget
-the two pools share one :class:`~gnn_faas.scheduler.function_pool.LaunchBudget`
-(split by the calibration's function sizes, as the gateway's pools split it by
-their specs') and each gives back an instance its policy calls surplus at the
-next submit, as the gateway's keep-alive sweep does every second.
-Without a buffer state every request is its own execution at its arrival
-(``faas_gnn``: the same load-aware pools, no sharing). Under the ``cost``
-objective (``tandem=True``) the buffers do not wait for the pools: executions
-are not reported back, and each pool's run ends at its own last execution, as
-a pass of the memory pool and then one of the compute pool would have it.
+and then a compute pool (:mod:`gnn_faas.traces.tandem`), with cold starts,
+keep-alive and a shared launch budget; its end is reported back to the buffers.
+Without a buffer state every request is its own execution (``faas_gnn``).
 
-Events at the same time run pools first (in the order they were scheduled),
-then buffers, then the arrival. Inputs are merged in time order by the caller:
-:meth:`GatewaySim.advance` runs every internal event up to a time, then the
-caller applies its input (an arrival: :meth:`GatewaySim.arrive`;
-:meth:`GatewaySim.feed` does both for a chunk of arrivals), so another kind
-of input (a stream of graph updates) merges in by time without touching the
-loop.
-
-Speed and memory (docs/architecture.md, "The simulator"): the loop is Python
-per event and runs the policies' own objects; everything around them is kept
-out of it. The clock is a plain attribute; the buffers' next event time is
-asked again only after the buffers changed; idle instances are scanned for
-keep-alive expiry only once one could have expired; an execution in flight
-is one list, dropped when it ends. Results leave the loop in chunks, in
-request and execution order, to a sink (:class:`RunSink`), so memory is
-bounded by the work in flight, not by the trace.
+Events at the same time run pools first, then buffers, then the arrival.
+:meth:`GatewaySim.advance` runs every internal event up to a time; the caller
+merges its inputs in time order (:meth:`GatewaySim.arrive`,
+:meth:`GatewaySim.feed`), so another input stream merges in without touching
+the loop. Results leave in chunks to a sink (:class:`RunSink`): memory is
+bounded by the work in flight. The rules that keep it fast, and the ``cost``
+objective's tandem pass: docs/design/simulator.md.
 """
 
 from __future__ import annotations

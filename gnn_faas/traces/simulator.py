@@ -22,17 +22,10 @@ fit, cold starts, memory sizes). Policies:
 - ``serverful``: always-on instances holding the graph, one FIFO queue, re-planned
   every minute to at most 80% utilisation (``n_k = ⌈W_{k−1} / (0.8·60 s)⌉``).
 
-A request whose answer would take longer than ``timeout_s`` (the gateway's
-request timeout) is counted as dropped; every arrival is either completed or
-dropped. GB-s is ``Σ_instances memory/1024·(stop − spawn)``, which equals the
-integral of the allocated-GB timeline.
-
-Each policy runs over the stream in chunks and hands its results to a sink in
-order (:class:`~gnn_faas.traces.gateway_sim.RunSink`): :func:`simulate` keeps
-them whole (:class:`PolicyRun`, for tests and the live comparison),
-:func:`summarise` reduces them as they come
-(:class:`~gnn_faas.traces.summary.RunSummary`: memory bounded in the trace
-length, the same figures).
+A request answered after ``timeout_s`` is dropped; GB-s is
+``Σ_instances memory/1024·(stop − spawn)``. Results go to a sink in chunks:
+:func:`simulate` keeps them (:class:`PolicyRun`), :func:`summarise` reduces them
+in memory bounded by the trace length (docs/design/simulator.md).
 """
 
 from __future__ import annotations

@@ -205,6 +205,28 @@ def test_configmap_is_the_serving_config(rendered, monkeypatch):
         assert cfg.platform.openfaas.url == "http://gateway.openfaas:8080"
 
 
+def test_updates_are_off_by_default_and_wired_to_a_secret_when_on(monkeypatch):
+    def gateway(objs):
+        dep = next(o for o in objs if o["kind"] == "Deployment")
+        env = {e["name"]: e for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+        cm = next(o for o in objs if o["kind"] == "ConfigMap")
+        return env, from_dict(ServingConfig, yaml.safe_load(cm["data"]["serving.yaml"]))
+
+    env, cfg = gateway(render(None))
+    assert "GNN_FAAS_WRITE_TOKEN" not in env and cfg.graphs.token_of("bitcoin-otc") is None
+    assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "gnn-faas-s3"
+    on = {"graphs": {"writeTokenSecret": "graph-writers", "freshnessSeconds": 0.5}}
+    env, cfg = gateway(render(on))
+    ref = env["GNN_FAAS_WRITE_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "graph-writers", "key": "token"}
+    # the gateway writes the graph's log: the read-write credentials
+    assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "gnn-faas-s3-write"
+    assert cfg.graphs.freshness_s == 0.5
+    assert cfg.graphs.token_of("bitcoin-otc") is None  # the variable unset: refused, not "${..}"
+    monkeypatch.setenv("GNN_FAAS_WRITE_TOKEN", "tok")
+    assert cfg.graphs.token_of("bitcoin-otc") == "tok"
+
+
 def test_cpu_quantities_become_cores_in_the_serving_config():
     objs = render(None, "functions.memory.cpu=500m", "functions.compute.cpu=1.5")
     cm = next(o for o in objs if o["kind"] == "ConfigMap")

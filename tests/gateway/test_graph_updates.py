@@ -288,3 +288,25 @@ def test_precomputed_embeddings_are_never_stale_after_updates(tmp_path):
     assert json.loads(manifest.read_text())["stale"]  # marked by the compaction
     assert subprocess.run([*pre, "--refresh"], capture_output=True, timeout=300).returncode == 0
     assert json.loads(manifest.read_text())["stale"] == []
+
+
+def test_the_gateway_compacts_when_the_log_passes_its_share(tmp_path):
+    store = f"file://{tmp_path / 'store'}"
+    graph = ensure_dataset(store, "bitcoin-otc")
+    checkpoint_with_reference(graph, tmp_path / "auto", seed=6, **ARCHS["gcn"])
+    config = stack_config(store, {"auto": str(tmp_path / "auto")})
+    config["graphs"].update(compact_share=1e-9, compaction_grace_s=0)
+    ref = EdgeList(graph)
+    hot = [int(v) for v in graph.read_blob("request_order")[:4]]
+    with Stack(config, ready_timeout_s=180) as stack:
+        assert update(stack.url, "bitcoin-otc", {"add_edges": [[hot[0], hot[1]]]}).status_code == 200
+        ref.add_edges([[hot[0], hot[1]]])
+        for _ in range(300):  # the background compaction publishes a version on a new base
+            info = requests.get(f"{stack.url}/v2/graphs/bitcoin-otc", timeout=10).json()
+            if info["base_version"] >= 1 and not info["compacting"]:
+                break
+            time.sleep(0.1)
+        assert info["base_version"] == 1 and info["last_compaction"]["version"] == 1
+        metrics = requests.get(f"{stack.url}/metrics", timeout=10).text
+        assert 'gnn_faas_graph_compactions_total{graph="bitcoin-otc",outcome="done"} 1.0' in metrics
+        check_answers(stack.url, {"auto": str(tmp_path / "auto")}, ref, hot, info["version"])

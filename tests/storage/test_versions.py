@@ -289,3 +289,25 @@ def test_compaction_writes_the_same_graph_and_keeps_serving(store_uri):
     assert out2["deleted"] > 0 and out2["folded_version"] == 7
     check_equal(versions_of(store_uri), ref)
     assert open_graph(backend, "g").prefix == "g/base-000000000007"
+
+
+def test_a_reader_sees_a_commit_within_freshness_s(tmp_path, monkeypatch):
+    """The freshness rule: a reader checks the store when its last check is older
+    than freshness_s (on every call with 0), so a commit acknowledged at t is
+    seen by every call after t + freshness_s. Time is the test's own clock."""
+    import gnn_faas.storage.versions as versions_mod
+
+    uri = f"file://{tmp_path}"
+    make_graph(uri, symmetrized=False)
+    now = [1000.0]
+    monkeypatch.setattr(versions_mod.time, "monotonic", lambda: now[0])
+    writer = versions_of(uri)
+    lazy = versions_of(uri, freshness_s=5.0)  # no refresher thread: current() alone
+    eager = versions_of(uri, freshness_s=0.0)
+    assert lazy.current().version == eager.current().version == 0
+    writer.commit(UpdateBatch.from_arrays({"add_edges": [[1, 2]]}))  # acknowledged at t=1000
+    assert eager.current().version == 1  # freshness 0: read-your-writes for any reader
+    now[0] += 4.9
+    assert lazy.current().version == 0  # within freshness_s: may still be the old one
+    now[0] += 0.2
+    assert lazy.current().version == 1  # after t + freshness_s: seen
