@@ -191,11 +191,13 @@ class GraphVersions:
         return self.state
 
     def refresh(self) -> GraphState:
-        """Catch up with the store's newest version."""
+        """Catch up with the store's newest version. One read when nothing changed:
+        whether the version after the known one exists."""
         checked = time.monotonic()
-        rec = latest(self.backend, self.name)
-        if rec.version > self.state.version:
-            self._advance(rec)
+        if read_version(self.backend, self.name, self.record.version + 1) is not None:
+            rec = latest(self.backend, self.name)
+            if rec.version > self.state.version:
+                self._advance(rec)
         self._checked_at = checked
         return self.state
 
