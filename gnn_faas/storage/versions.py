@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from gnn_faas.errors import Unavailable
+from gnn_faas.errors import TransientStorageError, Unavailable
 from gnn_faas.storage.backends.base import StorageBackend
 from gnn_faas.storage.delta import Delta, UpdateBatch
 from gnn_faas.storage.format import (
@@ -185,9 +185,17 @@ class GraphVersions:
     def current(self) -> GraphState:
         """The state a request runs on: the newest this process knows, checked
         against the store first when that was longer ago than ``freshness_s``
-        (with ``freshness_s = 0``: on every call)."""
-        if self.freshness_s <= 0 or time.monotonic() - self._checked_at > self.freshness_s:
-            self.refresh()
+        (with ``freshness_s = 0``: on every call). With the background refresher
+        running (:meth:`start`) a request never waits for the check. A store that
+        does not answer the check is no reason to fail a request: it runs on the
+        newest version known (no writer can commit to a store that is down)."""
+        stale = time.monotonic() - self._checked_at > self.freshness_s
+        if self.freshness_s <= 0 or (stale and self._thread is None):
+            try:
+                self.refresh()
+            except TransientStorageError as exc:
+                log.debug("graph %s: version check failed, serving %d: %s",
+                          self.name, self.state.version, exc)  # fmt: skip
         return self.state
 
     def refresh(self) -> GraphState:
@@ -286,6 +294,8 @@ class GraphVersions:
             while not self._stop.wait(every):
                 try:
                     self.refresh()
+                except TransientStorageError as exc:  # the outage is logged once, by the store
+                    log.debug("graph %s: version check failed: %s", self.name, exc)
                 except Exception as exc:  # noqa: BLE001 - the next round tries again
                     log.warning("graph %s: refreshing its version failed: %s", self.name, exc)
 

@@ -311,3 +311,21 @@ def test_a_reader_sees_a_commit_within_freshness_s(tmp_path, monkeypatch):
     assert lazy.current().version == 0  # within freshness_s: may still be the old one
     now[0] += 0.2
     assert lazy.current().version == 1  # after t + freshness_s: seen
+
+
+def test_a_store_that_does_not_answer_the_version_check_fails_no_request(tmp_path, monkeypatch):
+    """During an outage a request runs on the newest version known: the check is
+    the store's problem, not the request's (nothing can commit to a store that is down)."""
+    import gnn_faas.storage.versions as versions_mod
+    from gnn_faas.errors import StoreUnavailable
+
+    uri = f"file://{tmp_path}"
+    make_graph(uri, symmetrized=False)
+    gv = versions_of(uri, freshness_s=0.0)
+    gv.commit(UpdateBatch.from_arrays({"add_edges": [[1, 2]]}))
+
+    def down(*a, **k):
+        raise StoreUnavailable("graph store is unavailable")
+
+    monkeypatch.setattr(versions_mod, "read_version", down)
+    assert gv.current().version == 1

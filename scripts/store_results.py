@@ -1,0 +1,164 @@
+"""Turn the JSON of scripts/bench_stores.py runs into docs/results tables.
+
+    python scripts/store_results.py e2e DIR          # DIR/e2e-{file,s3,redis}.json
+    python scripts/store_results.py overload DIR     # DIR/overload-{file,s3,redis}.json
+    python scripts/store_results.py rtt DIR FILE_DIR # DIR/e2e-s3*.json against the file run
+    python scripts/store_results.py outage DIR       # DIR/outage-{s3,redis}.json
+
+Each writes docs/results/store-KIND.json (title, command, conditions, columns,
+rows), which scripts/gen_docs.py renders into docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
+STORES = ("file", "s3", "redis")
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _write(name: str, doc: dict) -> None:
+    (OUT / f"{name}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote docs/results/{name}.json")
+
+
+def _rates(run: dict) -> dict:
+    """A run's figures by rate (a one-rate run has them at the top)."""
+    if "rates" in run:
+        return run
+    return {**run, "rates": {f"{run['rps']:g}": run}}
+
+
+def e2e(d: Path, name: str = "store-e2e") -> None:
+    runs = {
+        s: _rates(_load(d / f"e2e-{s}.json")) for s in STORES if (d / f"e2e-{s}.json").is_file()
+    }
+    rows = []
+    for rate in runs["file"]["rates"]:
+        base = runs["file"]["rates"][rate]["gnn_faas"]
+        for store, run in runs.items():
+            g = run["rates"][rate]["gnn_faas"]
+            rows.append([
+                float(rate), store, round(g["p50_ms"], 1), round(g["p99_ms"], 1),
+                round(g["p50_ms"] - base["p50_ms"], 1), round(g["p99_ms"] / base["p99_ms"], 2),
+                g["shed"], g["slo_violations"],
+                round(run["rates"][rate]["request_centric"]["p50_ms"], 1)
+                if "request_centric" in run["rates"][rate] else None,
+            ])  # fmt: skip
+    _write(name, {
+        "title": "gnn_faas on the file store, S3 (moto) and Redis, same command, one run each",
+        "command": runs["file"]["command"].replace(runs["file"]["store"], "URI")
+        + "  (python scripts/bench_stores.py --out DIR e2e -- ...)",
+        "conditions": f"Bitcoin OTC, GCN, SLO 300 ms, {runs['file']['duration_s']:g} s of the "
+        "Twitter trace per rate, "
+        "2-core machine shared with other work; S3 is moto (scripts/moto_ranged_server.py) "
+        "and Redis redis-server, both on loopback; request_centric's p50 beside (no cache: "
+        "it reads the store on every request)",
+        "columns": [
+            {"name": "req/s", "align": "right", "group": True}, {"name": "store"},
+            {"name": "p50 ms", "align": "right"}, {"name": "p99 ms", "align": "right"},
+            {"name": "p50 - file", "align": "right"}, {"name": "p99 / file", "align": "right"},
+            {"name": "shed", "align": "right"}, {"name": "SLO violations", "align": "right"},
+            {"name": "request_centric p50 ms", "align": "right"},
+        ],
+        "rows": rows,
+    })  # fmt: skip
+
+
+def overload(d: Path) -> None:
+    rows = []
+    for store in STORES:
+        path = d / f"overload-{store}.json"
+        if not path.is_file():
+            continue
+        run = _load(path)
+        for step in run["steps"]:
+            c = step["client"]
+            rows.append([store, step["rate"], round(step["admitted_rps"], 1),
+                         round(c["p99_ms"], 1), c["shed"], c["slo_violations"]])  # fmt: skip
+    _write("store-overload", {
+        "title": "Saturation on each store: admitted throughput per step",
+        "command": "gnn-faas bench overload --rates 40,100,200,400 --step-seconds 15 --store URI",
+        "conditions": "Bitcoin OTC, graph sharing, 2 instances per function, admission on; "
+        "2-core machine shared with other work",
+        "columns": [
+            {"name": "store", "group": True}, {"name": "offered req/s", "align": "right"},
+            {"name": "admitted req/s", "align": "right"}, {"name": "p99 ms", "align": "right"},
+            {"name": "shed", "align": "right"}, {"name": "SLO violations", "align": "right"},
+        ],
+        "rows": rows,
+    })  # fmt: skip
+
+
+def rtt(d: Path, file_dir: Path) -> None:
+    base = _load(file_dir / "e2e-file.json")
+    rows = []
+    for path in sorted(d.glob("e2e-*.json")):
+        run = _load(path)
+        for rate, v in run["rates"].items():
+            g = v["gnn_faas"]
+            b = base["rates"].get(rate, {}).get("gnn_faas")
+            rows.append([run["store_kind"], run["store_rtt_ms"], float(rate),
+                         round(g["p50_ms"], 1), round(g["p99_ms"], 1),
+                         None if b is None else round(g["p50_ms"] - b["p50_ms"], 1)])  # fmt: skip
+    _write("store-rtt", {
+        "title": "Round-trip time added to every store call (a delaying proxy)",
+        "command": "gnn-faas bench e2e --rps 1,10 --duration 30 --modes gnn_faas --store URI "
+        "--store-rtt-ms MS",
+        "conditions": "Bitcoin OTC, GCN; ~20 ms models an in-region S3, ~1 ms Redis; the "
+        "file store's p50 from the run beside it",
+        "columns": [
+            {"name": "store", "group": True}, {"name": "added RTT ms", "align": "right"},
+            {"name": "req/s", "align": "right"}, {"name": "p50 ms", "align": "right"},
+            {"name": "p99 ms", "align": "right"}, {"name": "p50 - file", "align": "right"},
+        ],
+        "rows": rows,
+    })  # fmt: skip
+
+
+def outage(d: Path) -> None:
+    rows = []
+    for store in ("s3", "redis"):
+        path = d / f"outage-{store}.json"
+        if not path.is_file():
+            continue
+        run = _load(path)
+        for phase in ("before", "hang", "after"):
+            p = run["phases"][phase]
+            rows.append([store, phase, p["requests"], p["ok"], p["store_503"], p["other"],
+                         round(p["max_latency_s"], 2)])  # fmt: skip
+        rows.append([store, "verdict", run["liveness"]["probes"],
+                     f"liveness max {run['liveness']['max_s'] * 1e3:.0f} ms",
+                     f"wrong {run['wrong_answers']}",
+                     f"late {run['answered_later_than_timeout_plus_1s']}",
+                     f"recovered {run['recovered_after_s']:.1f} s"])  # fmt: skip
+    _write("store-outage", {
+        "title": "A store that hangs for 40 s under 20 req/s",
+        "command": "gnn-faas bench outage --store URI --rps 20 --before 10 --hang 40 --after 20",
+        "conditions": "Bitcoin OTC, GCN, request_timeout_s 30, the structure resident (the "
+        "default budget) and memory functions warm; a proxy stops forwarding for 40 s",
+        "columns": [
+            {"name": "store", "group": True}, {"name": "phase"}, {"name": "requests", "align": "right"},
+            {"name": "200", "align": "right"}, {"name": "503 naming the store", "align": "right"},
+            {"name": "other", "align": "right"}, {"name": "max latency s", "align": "right"},
+        ],
+        "rows": rows,
+    })  # fmt: skip
+
+
+def main() -> int:
+    kind, *dirs = sys.argv[1:]
+    kinds = {"e2e": e2e, "low": lambda d: e2e(d, "store-low-rate"), "overload": overload,
+             "rtt": rtt, "outage": outage}  # fmt: skip
+    kinds[kind](*map(Path, dirs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
