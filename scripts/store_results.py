@@ -97,7 +97,7 @@ def overload(d: Path) -> None:
 
 
 def rtt(d: Path, file_dir: Path) -> None:
-    base = _load(file_dir / "e2e-file.json")
+    base = _rates(_load(file_dir / "e2e-file.json"))
     rows = []
     for path in sorted(d.glob("e2e-*.json")):
         run = _load(path)
