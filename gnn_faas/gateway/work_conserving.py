@@ -37,6 +37,8 @@ EWMA_WEIGHT = 0.02  # per request (an execution of k requests weighs 1 − (1 �
 GAIN = 0.05  # change of C per execution at a mean latency one L₁ off the bound
 WINDOW = 2000  # requests behind q, one-request executions behind P₁
 QUANTILE_EVERY = 50  # executions between two recomputations of q and P₁
+_TABLE = 256  # an execution's EWMA weight for k < _TABLE requests, computed once
+_WEIGHTS = [1.0 - (1.0 - EWMA_WEIGHT) ** k for k in range(_TABLE)]
 
 
 @dataclass(frozen=True)
@@ -121,24 +123,33 @@ class WorkConservingGate:
         """An execution of ``requests`` requests took ``duration_s`` (dispatch to
         answer), ``queued_s`` of it in the function pools' queues; its requests
         had waited ``mean_wait_s`` in their buffer."""
+        # (runs once per execution in the simulator's day-long replays: plain
+        # Python on locals, the same operations in the same order)
         self.in_flight = max(0, self.in_flight - 1)
         self.executions += 1
         k = max(int(requests), 1)
-        weight = 1.0 - (1.0 - EWMA_WEIGHT) ** k
-        service = max(float(duration_s) - float(queued_s), 0.0)
+        weight = _WEIGHTS[k] if k < _TABLE else 1.0 - (1.0 - EWMA_WEIGHT) ** k
+        service = float(duration_s) - float(queued_s)
+        if service < 0.0:
+            service = 0.0
         self.fit.add(float(k), service, weight)
-        self.latency_s += weight * (mean_wait_s + duration_s - self.latency_s)
-        self.recent.add(mean_wait_s + duration_s, min(k, self.recent.values.size))
+        latency = mean_wait_s + duration_s
+        self.latency_s += weight * (latency - self.latency_s)
+        recent = self.recent
         if k == 1:
-            self.singles.add(service)
+            recent.add1(latency)
+            self.singles.add1(service)
+        else:
+            recent.add(latency, min(k, recent.values.size))
         if self.executions % QUANTILE_EVERY == 0:
-            self.p99_s = self.recent.p99()
+            self.p99_s = recent.p99()
             self.single_p99_s = self.singles.p99() if self.singles.full else math.inf
-        if self.objective.name == "balanced" and self.max_concurrency is not None:
-            single = self.single_s
+        if self.max_concurrency is not None and self.objective.name == "balanced":
+            single = self.fit.at(1.0)
+            bound = 1.0 + self.objective.slack
             error = max(
-                self.latency_s - (1.0 + self.objective.slack) * single,
-                self.p99_s - (1.0 + self.objective.slack) * self.single_p99_s,
+                self.latency_s - bound * single,
+                self.p99_s - bound * self.single_p99_s,
             ) / max(single, 1e-6)
             c = self.concurrency + GAIN * error
             self.concurrency = min(max(c, 1.0), float(self.max_concurrency))
@@ -167,6 +178,7 @@ class _Window:
 
     def __init__(self, size: int):
         self.values = np.zeros(size)
+        self.size = int(size)
         self.n = 0
 
     @property
@@ -178,6 +190,10 @@ class _Window:
         for _ in range(times):
             values[self.n % size] = x
             self.n += 1
+
+    def add1(self, x: float) -> None:
+        self.values[self.n % self.size] = x
+        self.n += 1
 
     def p99(self) -> float:
         k = min(self.n, self.values.size)

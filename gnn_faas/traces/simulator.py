@@ -22,17 +22,14 @@ fit, cold starts, memory sizes). Policies:
 - ``serverful``: always-on instances holding the graph, one FIFO queue, re-planned
   every minute to at most 80% utilisation (``n_k = ⌈W_{k−1} / (0.8·60 s)⌉``).
 
-A request whose answer would take longer than ``timeout_s`` (the gateway's
-request timeout) is counted as dropped; every arrival is either completed or
-dropped. GB-s is ``Σ_instances memory/1024·(stop − spawn)``, which equals the
-integral of the allocated-GB timeline.
+A request answered later than ``timeout_s`` (the gateway's request timeout)
+is dropped; every arrival is completed or dropped. GB-s is
+``Σ_instances memory/1024·(stop − spawn)``, the allocated-GB timeline's integral.
 
-Each policy runs over the stream in chunks and hands its results to a sink in
-order (:class:`~gnn_faas.traces.gateway_sim.RunSink`): :func:`simulate` keeps
-them whole (:class:`PolicyRun`, for tests and the live comparison),
-:func:`summarise` reduces them as they come
-(:class:`~gnn_faas.traces.summary.RunSummary`: memory bounded in the trace
-length, the same figures).
+Each policy runs over the stream in chunks into a sink
+(:class:`~gnn_faas.traces.gateway_sim.RunSink`): :func:`simulate` keeps them whole
+(:class:`PolicyRun`), :func:`summarise` reduces them as they come
+(:class:`~gnn_faas.traces.summary.RunSummary`: bounded memory, the same figures).
 """
 
 from __future__ import annotations
