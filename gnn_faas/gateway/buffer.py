@@ -102,9 +102,14 @@ class ArrivalRate:
         self._value = 0.0
         self._last: float | None = None
 
-    def observe(self, t: float) -> None:
-        self._value = self.rate(t) + 1.0 / self.time_constant_s
+    def observe(self, t: float, value: float | None = None) -> None:
+        """An arrival at ``t``; ``value``: :meth:`observed` ``(t)`` when already known."""
+        self._value = self.observed(t) if value is None else value
         self._last = t
+
+    def observed(self, t: float) -> float:
+        """The value an arrival at ``t`` leaves (what :meth:`rate` reads at ``t`` after it)."""
+        return self.rate(t) + 1.0 / self.time_constant_s
 
     def rate(self, now: float) -> float:
         if self._last is None:

@@ -302,12 +302,12 @@ class BufferPoolState:
         g = self.gate
         if self.location or size <= 0 or not g.active or g.free <= 0:
             return False
-        rate = self.rate
-        if g.company_wait_s(rate.rate(now) + 1.0 / rate.time_constant_s) > 0:
-            return False  # (the rate submit's rule reads, once it observed this arrival)
-        if self.config.max_requests_per_buffer < 1:
+        # the rate submit's rule reads once it observed this arrival
+        # (rate(now) right after observe(now) is the observed value times exp(-0) = 1)
+        value = self.rate.observed(now)
+        if g.company_wait_s(value) > 0 or self.config.max_requests_per_buffer < 1:
             return False
-        rate.observe(now)
+        self.rate.observe(now, value)
         self.submitted += 1
         self.next_buffer_id += 1
         g.dispatched()

@@ -329,11 +329,13 @@ class GatewaySim:
         if len(self.stages) == 2:
             b = STAGE0 + STAGE_WIDTH
             queued += rec[b + START] - rec[b + READY_AT]
+        if self.fused and not state.location:  # no buffer open: none to release
+            state.gate.finished(t - rec[DISPATCHED], len(rec[IDS]), rec[WAIT], queued)
+            self.next_buffer_event = INF
+            return
         closed = state.finished(t, t - rec[DISPATCHED], len(rec[IDS]), rec[WAIT], queued)
         if closed:
             self._closed(closed, t)
-        elif self.fused and not state.location:  # no buffer open
-            self.next_buffer_event = INF
         else:
             self.next_buffer_event = state.next_event_time()
 

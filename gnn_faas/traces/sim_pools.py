@@ -191,7 +191,7 @@ class FusedBudget:
     def share_s(self, pool: FusedPool) -> float:
         service = 0
         for p in self.members:
-            service += _mean(p.s_raw, p.s_wt)
+            service += p.s_mean
         return self.ratio * service * pool.memory_mb / self.total_mb
 
 
@@ -230,7 +230,7 @@ class FusedPool:
         self.stop: list[float] = []  # per instance id (inf: not stopped)
         self.warm_at: list[float] = []  # per instance id (nan until ready)
         self.last_end = 0.0
-        self.s_raw = self.s_wt = 0.0  # S̄ (never reset)
+        self.s_raw = self.s_wt = self.s_mean = 0.0  # S̄ (never reset)
         self.s_n = 0
         self._afresh(0)
         for _ in range(cal.min_instances):
@@ -386,12 +386,16 @@ class FusedPool:
         service = t - s.since
         self.s_n += 1
         self.s_raw += WAIT_EWMA * (service - self.s_raw)
-        self.s_wt += WAIT_EWMA * (1.0 - self.s_wt)
+        self.s_wt = wt = self.s_wt + WAIT_EWMA * (1.0 - self.s_wt)
+        self.s_mean = _mean(self.s_raw, wt)
         if self.budget is not None and e in self.f_arrival:
             self.f_service[e] = service
             self._replay()
-        s.current = -1
-        self._idle(s, t)
+        if self.queued or self.pending:
+            s.current = -1
+            self._idle(s, t)
+        else:  # (_idle with nothing waiting)
+            s.state, s.current, s.since = _IDLE, -1, t
         return e
 
     def _replay(self) -> None:
