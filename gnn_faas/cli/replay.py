@@ -2,6 +2,7 @@
 
     gnn-faas replay azure2019 --url http://127.0.0.1:8080 --model bitcoin-otc \\
         --minutes 5 --out var/replay --predict
+    gnn-faas replay twitter --updates bitcoin-otc-time --update-rate 20 --token T ...
 
 Writes a run directory (``requests.csv``, ``timeline.csv``, ``summary.json``,
 PNG plots); see :mod:`gnn_faas.traces.live`.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -38,6 +40,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prices", default=None, help="price YAML (default: bundled)")
     p.add_argument("--json", action="store_true", help="compact JSON on stdout")
     p.add_argument("--no-progress", action="store_true")
+    u = p.add_argument_group("updates")
+    u.add_argument("--updates", default=None, metavar="STREAM",
+                   choices=("bitcoin-otc-time", "higgs-activity"),
+                   help="send this stream of graph updates beside the requests (POST "
+                        "/v2/graphs/{graph}/updates over the measured window); the summary's "
+                        "updates: acks, ack latency, versions")  # fmt: skip
+    u.add_argument(
+        "--update-rate",
+        type=float,
+        default=None,
+        metavar="R",
+        help="edges per second (default: the whole stream over the measured window)",
+    )
+    u.add_argument(
+        "--update-batch", type=int, default=1000, metavar="B", help="edges per batch (default 1000)"
+    )
+    u.add_argument(
+        "--token", default=None, help="the graph's write token (default: $GNN_FAAS_WRITE_TOKEN)"
+    )
     add_trace_arguments(p)
     p.set_defaults(handler=_run)
 
@@ -50,6 +71,8 @@ def _run(args: argparse.Namespace) -> int:
         raise InvalidRequest("--senders must be >= 1 and --timeout positive")
     if args.fit_warmup and not (args.predict and args.warmup > 0):
         raise InvalidRequest("--fit-warmup needs --predict and a --warmup")
+    if args.updates and not (args.token or os.environ.get("GNN_FAAS_WRITE_TOKEN")):
+        raise InvalidRequest("--updates needs a write token: --token or GNN_FAAS_WRITE_TOKEN")
     summary = run_replay(args.trace, args)
     json.dump(summary, sys.stdout, indent=None if args.json else 2, sort_keys=True)
     sys.stdout.write("\n")

@@ -3,6 +3,7 @@
     gnn-faas simulate twitter --day --graph bitcoin-otc --policies all --json
     gnn-faas simulate twitter --days 7 --json                  # a week: the day played 7 times
     gnn-faas simulate azure2019 --minutes 60 --out var/sim     # + CSV, JSON and plots
+    gnn-faas simulate twitter --updates bitcoin-otc-time --update-rate 5 --json  # + updates
     gnn-faas simulate calibrate --graph bitcoin-otc --out FILE  # measure a profile
     gnn-faas simulate calibrate-graph --graph NAME --store URI --out FILE  # its graph figures
     gnn-faas simulate study                                     # the tables of docs/studies.md
@@ -67,6 +68,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--frontier", action="store_true",
                    help="sweep gnn_faas's objective (cost ... latency) beside the baselines: "
                         "JSON points, and a PNG under --out")  # fmt: skip
+    u = p.add_argument_group("updates")
+    u.add_argument("--updates", default=None, metavar="STREAM",
+                   choices=("bitcoin-otc-time", "higgs-activity"),
+                   help="a stream of graph updates beside the requests (bitcoin-otc-time: the "
+                        "Bitcoin OTC edges after a cut-off, in time order; higgs-activity: the "
+                        "Higgs events): each policy's summary gets what the updates cost "
+                        "(store requests, invalidations, compactions, GB-s, dollars)")  # fmt: skip
+    u.add_argument(
+        "--update-rate",
+        type=float,
+        default=None,
+        metavar="R",
+        help="edges per second (default: the whole stream over the measured window)",
+    )
+    u.add_argument(
+        "--update-batch",
+        type=int,
+        default=1000,
+        metavar="B",
+        help="edges per batch, one version each (default 1000)",
+    )
     c = p.add_argument_group("calibrate")
     c.add_argument("--memory-mb", type=int, default=256)
     c.add_argument("--compute-mb", type=int, default=512)

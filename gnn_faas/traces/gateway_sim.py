@@ -39,7 +39,7 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -147,6 +147,7 @@ class GatewaySim:
         launch_wait_ratio: float | None = None,
         tandem: bool = False,
         fused: bool = True,
+        reader: Any = None,
     ):
         self.stream, self.cal, self.state, self.sink = stream, cal, state, sink
         self.decide = decide
@@ -162,6 +163,7 @@ class GatewaySim:
         self.stages = self._stages(policy_cls, launch_wait_ratio)
         self.last_stage = len(self.stages) - 1
         self.stages[-1].last = True
+        self.stages[0].reader = reader  # the stage that reads the graph (updates)
         self.ratios = [1.0]
         if seed is not None and cal.samples:
             self.ratios = cal.residual_ratios().tolist()
@@ -498,19 +500,21 @@ def run_gateway(
     tandem: bool = False,
     sink: RunSink | None = None,
     fused: bool = True,
+    reader: Any = None,
 ) -> GatewayRun | GatewayResult:
     """Every request of ``stream`` through the buffers (``state``; None: none)
     and the function pools (module docstring); ``launch_wait_ratio``: the pools'
     launch budget (:class:`LoadAwarePolicy`; None: FaaS-GNN's launch rule).
     With a ``sink`` the results go there in chunks and the
     :class:`GatewayResult` comes back; without one, the whole
-    :class:`GatewayRun`."""
+    :class:`GatewayRun`. ``reader``: told of every call of the first stage
+    (:class:`~gnn_faas.traces.update_cost.UpdateReader`)."""
     keep = sink is None
     stages = 1 if cal.memory_share is None else 2
     out = ArraySink(stages) if keep else sink
     sim = GatewaySim(stream, cal, state, out, decide, seed=seed, policy_cls=policy_cls,
                      launch_wait_ratio=launch_wait_ratio, tandem=tandem,
-                     fused=fused)  # fmt: skip
+                     fused=fused, reader=reader)  # fmt: skip
     for lo, arrivals, set_index in stream.chunks():
         sim.feed(lo, arrivals, set_index, progress)
     res = sim.finish(end_s)

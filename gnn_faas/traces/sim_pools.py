@@ -19,7 +19,9 @@ rows, dispatched at, mean buffer wait, sharing degree, then per stage
 ``ready at, service, start, end, cold``. A pool's ``enter(e, now)`` takes
 execution ``e`` at ``now`` (its ready time set), ``ready(inst, t)`` and
 ``done(inst, t)`` are its instances' events (``done`` returns the execution
-that ended), ``lives(horizon)`` the instances' ``(spawn, stop)``.
+that ended), ``lives(horizon)`` the instances' ``(spawn, stop)``; ``reader``
+(None, or an :class:`~gnn_faas.traces.update_cost.UpdateReader`) hears of
+every call an instance starts.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class ObjectPool:
         # the loop's own objects (never rebound), read on every action
         self.events, self.seq, self.flight = sim.events, sim.seq, sim.flight
         self.last = False  # the execution's last stage (set once every stage exists)
+        self.reader: Any = None
         self.policy = policy_cls(
             cal.max_instances, clock=sim.clock, name=name, budget=budget, memory_mb=memory_mb
         )
@@ -110,6 +113,8 @@ class ObjectPool:
                 rec[b + COLD] = self.spawn[inst] >= rec[b + READY_AT] and now == self.warm_at.get(
                     inst
                 )
+                if self.reader is not None:
+                    self.reader.call(inst, now)
                 if end > self.last_end:
                     self.last_end = end
                 heapq.heappush(self.events, (end, next(self.seq), DONE, self, inst))
@@ -206,6 +211,7 @@ class FusedPool:
         self.sim, self.stage, self.base = sim, stage, STAGE0 + STAGE_WIDTH * stage
         self.events, self.seq, self.flight = sim.events, sim.seq, sim.flight
         self.last = False
+        self.reader: Any = None
         self.name = name
         self.max_instances = int(cal.max_instances)
         if self.max_instances < 1:
@@ -347,6 +353,8 @@ class FusedPool:
         rec[b + COLD] = self.spawn[s.id] >= ready_at and now == self.warm_at[s.id]
         if end > self.last_end:
             self.last_end = end
+        if self.reader is not None:
+            self.reader.call(s.id, now)
         heapq.heappush(self.events, (end, next(self.seq), DONE, self, s))
         if self.last:
             self.sim.complete(e, rec)
