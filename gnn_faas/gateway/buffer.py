@@ -109,7 +109,10 @@ class ArrivalRate:
 
     def observed(self, t: float) -> float:
         """The value an arrival at ``t`` leaves (what :meth:`rate` reads at ``t`` after it)."""
-        return self.rate(t) + 1.0 / self.time_constant_s
+        if self._last is None:
+            return 0.0 + 1.0 / self.time_constant_s
+        tc = self.time_constant_s
+        return self._value * math.exp(-max(0.0, t - self._last) / tc) + 1.0 / tc
 
     def rate(self, now: float) -> float:
         if self._last is None:

@@ -299,18 +299,16 @@ class BufferPoolState:
         buffer of one, reason ``"idle"``), without building the request or its
         closed buffer, and True; otherwise nothing changes and False (call
         :meth:`submit`). The simulator's arrivals take this path first."""
-        g = self.gate
-        if self.location or size <= 0 or not g.active or g.free <= 0:
+        if self.location or size <= 0 or self.config.max_requests_per_buffer < 1:
             return False
         # the rate submit's rule reads once it observed this arrival
         # (rate(now) right after observe(now) is the observed value times exp(-0) = 1)
         value = self.rate.observed(now)
-        if g.company_wait_s(value) > 0 or self.config.max_requests_per_buffer < 1:
+        if not self.gate.dispatch_alone(value):  # (counts the dispatch when True)
             return False
         self.rate.observe(now, value)
         self.submitted += 1
         self.next_buffer_id += 1
-        g.dispatched()
         self.closed_buffers += 1
         self.closed_requests += 1
         self.union_sum += size

@@ -117,6 +117,25 @@ class WorkConservingGate:
     def dispatched(self) -> None:
         self.in_flight += 1
 
+    def dispatch_alone(self, arrival_rate: float) -> bool:
+        """The gate is on, an execution may start (``free > 0``) and no company
+        is worth waiting for (:meth:`company_wait_s` is 0): counted as
+        dispatched, True; otherwise nothing changes, False. (One call for
+        what the simulator asks at most arrivals.)"""
+        if self.max_concurrency is None or int(self.concurrency) - self.in_flight <= 0:
+            return False
+        objective = self.objective
+        if objective.name == "cost":
+            return False
+        fit = self.fit
+        single = fit._at_one if fit._at_one is not None else fit.at(1.0)
+        slack = 0.0 if objective.name == "latency" else objective.latency_slack
+        w = 0.5 * slack * single
+        if arrival_rate * w >= 1.0 and w > 0:  # company_wait_s(rate) > 0
+            return False
+        self.in_flight += 1
+        return True
+
     def finished(
         self, duration_s: float, requests: int, mean_wait_s: float, queued_s: float = 0.0
     ) -> None:
@@ -132,20 +151,22 @@ class WorkConservingGate:
         service = float(duration_s) - float(queued_s)
         if service < 0.0:
             service = 0.0
-        self.fit.add(float(k), service, weight)
+        single = self.fit.add_at_one(float(k), service, weight)  # L₁ after this execution
         latency = mean_wait_s + duration_s
         self.latency_s += weight * (latency - self.latency_s)
         recent = self.recent
         if k == 1:
-            recent.add1(latency)
-            self.singles.add1(service)
+            recent.values[recent.n % recent.size] = latency
+            recent.n += 1
+            singles = self.singles
+            singles.values[singles.n % singles.size] = service
+            singles.n += 1
         else:
-            recent.add(latency, min(k, recent.values.size))
+            recent.add(latency, min(k, recent.size))
         if self.executions % QUANTILE_EVERY == 0:
             self.p99_s = recent.p99()
             self.single_p99_s = self.singles.p99() if self.singles.full else math.inf
         if self.max_concurrency is not None and self.objective.name == "balanced":
-            single = self.fit.at(1.0)
             bound = 1.0 + self.objective.slack
             error = max(
                 self.latency_s - bound * single,
@@ -191,10 +212,6 @@ class _Window:
             values[self.n % size] = x
             self.n += 1
 
-    def add1(self, x: float) -> None:
-        self.values[self.n % self.size] = x
-        self.n += 1
-
     def p99(self) -> float:
         k = min(self.n, self.values.size)
         return percentile99(self.values[:k]) if k else 0.0
@@ -235,6 +252,16 @@ class _LineFit:
         self.sy = keep * self.sy + weight * y
         self.sxx = keep * self.sxx + weight * x * x
         self.sxy = keep * self.sxy + weight * x * y
+
+    def add_at_one(self, x: float, y: float, weight: float) -> float:
+        """:meth:`add`, then :meth:`at` ``(1.0)`` (cached as ``at`` caches it)."""
+        keep = 1.0 - weight
+        self.sx = keep * self.sx + weight * x
+        self.sy = keep * self.sy + weight * y
+        self.sxx = keep * self.sxx + weight * x * x
+        self.sxy = keep * self.sxy + weight * x * y
+        self._at_one = one = self._at(1.0)
+        return one
 
     def at(self, x: float) -> float:
         if x == 1.0:
