@@ -17,7 +17,7 @@ import sys
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from gnn_faas.traces.sources import TRACES, add_trace_arguments
+    from gnn_faas.traces.sources import TRACES, add_trace_arguments, add_update_arguments
 
     p = sub.add_parser("replay", help="replay a request trace live against a gateway")
     p.add_argument("trace", metavar="TRACE", choices=TRACES, help=" | ".join(TRACES))
@@ -40,25 +40,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prices", default=None, help="price YAML (default: bundled)")
     p.add_argument("--json", action="store_true", help="compact JSON on stdout")
     p.add_argument("--no-progress", action="store_true")
-    u = p.add_argument_group("updates")
-    u.add_argument("--updates", default=None, metavar="STREAM",
-                   choices=("bitcoin-otc-time", "higgs-activity"),
-                   help="send this stream of graph updates beside the requests (POST "
-                        "/v2/graphs/{graph}/updates over the measured window); the summary's "
-                        "updates: acks, ack latency, versions")  # fmt: skip
-    u.add_argument(
-        "--update-rate",
-        type=float,
-        default=None,
-        metavar="R",
-        help="edges per second (default: the whole stream over the measured window)",
-    )
-    u.add_argument(
-        "--update-batch", type=int, default=1000, metavar="B", help="edges per batch (default 1000)"
-    )
-    u.add_argument(
-        "--token", default=None, help="the graph's write token (default: $GNN_FAAS_WRITE_TOKEN)"
-    )
+    add_update_arguments(
+        p, "send this stream of graph updates beside the requests (POST "
+        "/v2/graphs/{graph}/updates over the measured window); the summary's updates: acks, "
+        "ack latency, versions", token=True,
+    )  # fmt: skip
     add_trace_arguments(p)
     p.set_defaults(handler=_run)
 

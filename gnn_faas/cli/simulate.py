@@ -26,7 +26,7 @@ COMMANDS = ("azure2019", "azure2021", "twitter", "calibrate", "calibrate-graph",
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from gnn_faas.traces.sources import add_trace_arguments
+    from gnn_faas.traces.sources import add_trace_arguments, add_update_arguments
 
     p = sub.add_parser("simulate", help="simulate a trace under every serving policy")
     p.add_argument("trace", metavar="TRACE", choices=COMMANDS, help=" | ".join(COMMANDS))
@@ -68,27 +68,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--frontier", action="store_true",
                    help="sweep gnn_faas's objective (cost ... latency) beside the baselines: "
                         "JSON points, and a PNG under --out")  # fmt: skip
-    u = p.add_argument_group("updates")
-    u.add_argument("--updates", default=None, metavar="STREAM",
-                   choices=("bitcoin-otc-time", "higgs-activity"),
-                   help="a stream of graph updates beside the requests (bitcoin-otc-time: the "
-                        "Bitcoin OTC edges after a cut-off, in time order; higgs-activity: the "
-                        "Higgs events): each policy's summary gets what the updates cost "
-                        "(store requests, invalidations, compactions, GB-s, dollars)")  # fmt: skip
-    u.add_argument(
-        "--update-rate",
-        type=float,
-        default=None,
-        metavar="R",
-        help="edges per second (default: the whole stream over the measured window)",
-    )
-    u.add_argument(
-        "--update-batch",
-        type=int,
-        default=1000,
-        metavar="B",
-        help="edges per batch, one version each (default 1000)",
-    )
+    add_update_arguments(
+        p, "a stream of graph updates beside the requests: each policy's summary gets what the "
+        "updates cost (store requests, invalidations, compactions, GB-s, dollars)",
+    )  # fmt: skip
     c = p.add_argument_group("calibrate")
     c.add_argument("--memory-mb", type=int, default=256)
     c.add_argument("--compute-mb", type=int, default=512)

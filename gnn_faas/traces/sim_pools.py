@@ -46,6 +46,19 @@ READY_AT, SERVICE, START, END, COLD = 0, 1, 2, 3, 4
 STAGE_WIDTH = 5
 
 
+def expire(idle: list, now: float, keep_alive_s: float, remove: Any, stop: dict) -> float:
+    """Idle instances ``(key, idle since)`` past their keep-alive stop then
+    (``remove(key)``, ``stop[key]``); returns the next time one could: no
+    sooner than ``now + keep_alive_s`` for an instance idle from now on."""
+    next_check = now + keep_alive_s
+    for key, since in idle:
+        if since + keep_alive_s <= now and remove(key):
+            stop[key] = since + keep_alive_s
+        elif since + keep_alive_s < next_check:
+            next_check = since + keep_alive_s
+    return next_check
+
+
 class ObjectPool:
     """One function's instances under a policy object (``policy_cls``)."""
 
@@ -129,15 +142,8 @@ class ObjectPool:
     def _expire(self, now: float) -> None:
         """Idle instances past their keep-alive stop (only a submit could have
         given them work, so this runs before one); then the next time one could."""
-        ka = self.keep_alive_s
-        next_check = now + ka  # an instance idle from now on expires no sooner
-        for inst, s in list(self.instances.items()):
-            if s.state == IDLE:
-                if s.since + ka <= now and self.policy.remove(inst):
-                    self.stop[inst] = s.since + ka
-                elif s.since + ka < next_check:
-                    next_check = s.since + ka
-        self.check_at = next_check
+        idle = [(inst, s.since) for inst, s in self.instances.items() if s.state == IDLE]
+        self.check_at = expire(idle, now, self.keep_alive_s, self.policy.remove, self.stop)
 
     def lives(self, horizon: float) -> tuple[np.ndarray, np.ndarray]:
         """``(spawn, stop)`` per instance in launch order, the run ending at ``horizon``."""
@@ -421,15 +427,11 @@ class FusedPool:
             self.f_wt += WAIT_EWMA * (1.0 - self.f_wt)
 
     def _expire(self, now: float) -> None:
-        ka = self.keep_alive_s
-        next_check = now + ka
-        for s in list(self.insts):
-            if s.state == _IDLE:
-                if s.since + ka <= now and self._remove(s):
-                    self.stop[s.id] = s.since + ka
-                elif s.since + ka < next_check:
-                    next_check = s.since + ka
-        self.check_at = next_check
+        idle = [(s, s.since) for s in self.insts if s.state == _IDLE]
+        stopped: dict = {}
+        self.check_at = expire(idle, now, self.keep_alive_s, self._remove, stopped)
+        for s, t in stopped.items():
+            self.stop[s.id] = t
 
     def lives(self, horizon: float) -> tuple[np.ndarray, np.ndarray]:
         self._expire(horizon)
