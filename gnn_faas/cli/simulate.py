@@ -131,6 +131,10 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     from gnn_faas.traces.run import simulate_frontier, simulate_trace
 
+    if args.frontier and args.updates:
+        raise InvalidRequest(
+            "--updates is not available with --frontier (its points carry no costs)"
+        )
     if args.frontier:
         json.dump(simulate_frontier(args.trace, args), sys.stdout, sort_keys=True)
         sys.stdout.write("\n")

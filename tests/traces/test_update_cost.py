@@ -132,7 +132,7 @@ def test_every_batch_and_compaction_is_accounted_per_policy(with_and_without, bi
     )
 
 
-@pytest.mark.parametrize("flag", [["--update-rate", "0"], ["--update-batch", "0"]])
+@pytest.mark.parametrize("flag", [["--update-rate", "0"], ["--update-batch", "0"], ["--frontier"]])
 def test_bad_update_flags_are_a_one_line_error(bitcoin_store, flag):
     err = io.StringIO()
     with redirect_stderr(err):
