@@ -138,7 +138,7 @@ def test_bad_update_flags_are_a_one_line_error(bitcoin_store, flag):
     with redirect_stderr(err):
         code = main([*WINDOW, "--updates", "bitcoin-otc-time", *flag, "--store", bitcoin_store])
     assert code != 0
-    assert "--update-" in err.getvalue() and "Traceback" not in err.getvalue()
+    assert "--update" in err.getvalue() and "Traceback" not in err.getvalue()
     assert len(err.getvalue().strip().splitlines()) == 1
 
 
