@@ -2,6 +2,7 @@
 
     gnn-faas replay azure2019 --url http://127.0.0.1:8080 --model bitcoin-otc \\
         --minutes 5 --out var/replay --predict
+    gnn-faas replay twitter --updates bitcoin-otc-time --update-rate 20 --token T ...
 
 Writes a run directory (``requests.csv``, ``timeline.csv``, ``summary.json``,
 PNG plots); see :mod:`gnn_faas.traces.live`.
@@ -11,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from gnn_faas.traces.sources import TRACES, add_trace_arguments
+    from gnn_faas.traces.sources import TRACES, add_trace_arguments, add_update_arguments
 
     p = sub.add_parser("replay", help="replay a request trace live against a gateway")
     p.add_argument("trace", metavar="TRACE", choices=TRACES, help=" | ".join(TRACES))
@@ -38,6 +40,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prices", default=None, help="price YAML (default: bundled)")
     p.add_argument("--json", action="store_true", help="compact JSON on stdout")
     p.add_argument("--no-progress", action="store_true")
+    add_update_arguments(
+        p, "send this stream of graph updates beside the requests (POST "
+        "/v2/graphs/{graph}/updates over the measured window); the summary's updates: acks, "
+        "ack latency, versions", token=True,
+    )  # fmt: skip
     add_trace_arguments(p)
     p.set_defaults(handler=_run)
 
@@ -50,6 +57,8 @@ def _run(args: argparse.Namespace) -> int:
         raise InvalidRequest("--senders must be >= 1 and --timeout positive")
     if args.fit_warmup and not (args.predict and args.warmup > 0):
         raise InvalidRequest("--fit-warmup needs --predict and a --warmup")
+    if args.updates and not (args.token or os.environ.get("GNN_FAAS_WRITE_TOKEN")):
+        raise InvalidRequest("--updates needs a write token: --token or GNN_FAAS_WRITE_TOKEN")
     summary = run_replay(args.trace, args)
     json.dump(summary, sys.stdout, indent=None if args.json else 2, sort_keys=True)
     sys.stdout.write("\n")

@@ -3,6 +3,7 @@
     gnn-faas simulate twitter --day --graph bitcoin-otc --policies all --json
     gnn-faas simulate twitter --days 7 --json                  # a week: the day played 7 times
     gnn-faas simulate azure2019 --minutes 60 --out var/sim     # + CSV, JSON and plots
+    gnn-faas simulate twitter --updates bitcoin-otc-time --update-rate 5 --json  # + updates
     gnn-faas simulate calibrate --graph bitcoin-otc --out FILE  # measure a profile
     gnn-faas simulate calibrate-graph --graph NAME --store URI --out FILE  # its graph figures
     gnn-faas simulate study                                     # the tables of docs/studies.md
@@ -25,7 +26,7 @@ COMMANDS = ("azure2019", "azure2021", "twitter", "calibrate", "calibrate-graph",
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from gnn_faas.traces.sources import add_trace_arguments
+    from gnn_faas.traces.sources import add_trace_arguments, add_update_arguments
 
     p = sub.add_parser("simulate", help="simulate a trace under every serving policy")
     p.add_argument("trace", metavar="TRACE", choices=COMMANDS, help=" | ".join(COMMANDS))
@@ -67,6 +68,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--frontier", action="store_true",
                    help="sweep gnn_faas's objective (cost ... latency) beside the baselines: "
                         "JSON points, and a PNG under --out")  # fmt: skip
+    add_update_arguments(
+        p, "a stream of graph updates beside the requests: each policy's summary gets what the "
+        "updates cost (store requests, invalidations, compactions, GB-s, dollars)",
+    )  # fmt: skip
     c = p.add_argument_group("calibrate")
     c.add_argument("--memory-mb", type=int, default=256)
     c.add_argument("--compute-mb", type=int, default=512)
@@ -126,6 +131,10 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     from gnn_faas.traces.run import simulate_frontier, simulate_trace
 
+    if args.frontier and args.updates:
+        raise InvalidRequest(
+            "--updates is not available with --frontier (its points carry no costs)"
+        )
     if args.frontier:
         json.dump(simulate_frontier(args.trace, args), sys.stdout, sort_keys=True)
         sys.stdout.write("\n")

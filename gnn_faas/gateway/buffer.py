@@ -102,9 +102,17 @@ class ArrivalRate:
         self._value = 0.0
         self._last: float | None = None
 
-    def observe(self, t: float) -> None:
-        self._value = self.rate(t) + 1.0 / self.time_constant_s
+    def observe(self, t: float, value: float | None = None) -> None:
+        """An arrival at ``t``; ``value``: :meth:`observed` ``(t)`` when already known."""
+        self._value = self.observed(t) if value is None else value
         self._last = t
+
+    def observed(self, t: float) -> float:
+        """The value an arrival at ``t`` leaves (what :meth:`rate` reads at ``t`` after it)."""
+        if self._last is None:
+            return 0.0 + 1.0 / self.time_constant_s
+        tc = self.time_constant_s
+        return self._value * math.exp(-max(0.0, t - self._last) / tc) + 1.0 / tc
 
     def rate(self, now: float) -> float:
         if self._last is None:

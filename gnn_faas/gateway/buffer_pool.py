@@ -292,6 +292,30 @@ class BufferPoolState:
             closed.append(self._close(slot, now, b.close_reason()))
         return b.buffer_id, s, closed
 
+    def submit_alone(self, size: int, now: float) -> bool:
+        """:meth:`submit` of a request of ``size`` vertices when the gate
+        dispatches it alone (no buffer open, an execution free, no company worth
+        waiting for): counted exactly as :meth:`submit` counts it (its closed
+        buffer of one, reason ``"idle"``), without building the request or its
+        closed buffer, and True; otherwise nothing changes and False (call
+        :meth:`submit`). The simulator's arrivals take this path first."""
+        if self.location or size <= 0 or self.config.max_requests_per_buffer < 1:
+            return False
+        # the rate submit's rule reads once it observed this arrival
+        # (rate(now) right after observe(now) is the observed value times exp(-0) = 1)
+        value = self.rate.observed(now)
+        if not self.gate.dispatch_alone(value):  # (counts the dispatch when True)
+            return False
+        self.rate.observe(now, value)
+        self.submitted += 1
+        self.next_buffer_id += 1
+        self.closed_buffers += 1
+        self.closed_requests += 1
+        self.union_sum += size
+        self.total_sum += size
+        self.reasons["idle"] += 1
+        return True
+
     def advance(self, now: float, decide: DecideFn) -> list[ClosedBuffer]:
         """Run the decision points due by ``now`` (in time order), the global
         optimisation, then close every buffer that is due or full."""
@@ -352,7 +376,7 @@ class BufferPoolState:
 
     def _release(self, now: float) -> list[ClosedBuffer]:
         """Re-time the gated buffers; close, oldest first, those that may run now."""
-        if not self.gate.active:
+        if not self.gate.active or not self.location:  # no buffer open
             return []
         gated = [b for b in self.slots if b is not None and b.gated]
         if not gated:

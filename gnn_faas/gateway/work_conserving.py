@@ -37,6 +37,8 @@ EWMA_WEIGHT = 0.02  # per request (an execution of k requests weighs 1 − (1 �
 GAIN = 0.05  # change of C per execution at a mean latency one L₁ off the bound
 WINDOW = 2000  # requests behind q, one-request executions behind P₁
 QUANTILE_EVERY = 50  # executions between two recomputations of q and P₁
+_TABLE = 256  # an execution's EWMA weight for k < _TABLE requests, computed once
+_WEIGHTS = [1.0 - (1.0 - EWMA_WEIGHT) ** k for k in range(_TABLE)]
 
 
 @dataclass(frozen=True)
@@ -115,30 +117,60 @@ class WorkConservingGate:
     def dispatched(self) -> None:
         self.in_flight += 1
 
+    def dispatch_alone(self, arrival_rate: float) -> bool:
+        """The gate is on, an execution may start (``free > 0``) and no company
+        is worth waiting for (:meth:`company_wait_s` is 0): counted as
+        dispatched, True; otherwise nothing changes, False. (One call for
+        what the simulator asks at most arrivals.)"""
+        if self.max_concurrency is None or int(self.concurrency) - self.in_flight <= 0:
+            return False
+        objective = self.objective
+        if objective.name == "cost":
+            return False
+        fit = self.fit
+        single = fit._at_one if fit._at_one is not None else fit.at(1.0)
+        slack = 0.0 if objective.name == "latency" else objective.latency_slack
+        w = 0.5 * slack * single
+        if arrival_rate * w >= 1.0 and w > 0:  # company_wait_s(rate) > 0
+            return False
+        self.in_flight += 1
+        return True
+
     def finished(
         self, duration_s: float, requests: int, mean_wait_s: float, queued_s: float = 0.0
     ) -> None:
         """An execution of ``requests`` requests took ``duration_s`` (dispatch to
         answer), ``queued_s`` of it in the function pools' queues; its requests
         had waited ``mean_wait_s`` in their buffer."""
+        # (runs once per execution in the simulator's day-long replays: plain
+        # Python on locals, the same operations in the same order)
         self.in_flight = max(0, self.in_flight - 1)
         self.executions += 1
         k = max(int(requests), 1)
-        weight = 1.0 - (1.0 - EWMA_WEIGHT) ** k
-        service = max(float(duration_s) - float(queued_s), 0.0)
-        self.fit.add(float(k), service, weight)
-        self.latency_s += weight * (mean_wait_s + duration_s - self.latency_s)
-        self.recent.add(mean_wait_s + duration_s, min(k, self.recent.values.size))
+        weight = _WEIGHTS[k] if k < _TABLE else 1.0 - (1.0 - EWMA_WEIGHT) ** k
+        service = float(duration_s) - float(queued_s)
+        if service < 0.0:
+            service = 0.0
+        single = self.fit.add_at_one(float(k), service, weight)  # L₁ after this execution
+        latency = mean_wait_s + duration_s
+        self.latency_s += weight * (latency - self.latency_s)
+        recent = self.recent
         if k == 1:
-            self.singles.add(service)
+            recent.values[recent.n % recent.size] = latency
+            recent.n += 1
+            singles = self.singles
+            singles.values[singles.n % singles.size] = service
+            singles.n += 1
+        else:
+            recent.add(latency, min(k, recent.size))
         if self.executions % QUANTILE_EVERY == 0:
-            self.p99_s = self.recent.p99()
+            self.p99_s = recent.p99()
             self.single_p99_s = self.singles.p99() if self.singles.full else math.inf
-        if self.objective.name == "balanced" and self.max_concurrency is not None:
-            single = self.single_s
+        if self.max_concurrency is not None and self.objective.name == "balanced":
+            bound = 1.0 + self.objective.slack
             error = max(
-                self.latency_s - (1.0 + self.objective.slack) * single,
-                self.p99_s - (1.0 + self.objective.slack) * self.single_p99_s,
+                self.latency_s - bound * single,
+                self.p99_s - bound * self.single_p99_s,
             ) / max(single, 1e-6)
             c = self.concurrency + GAIN * error
             self.concurrency = min(max(c, 1.0), float(self.max_concurrency))
@@ -167,6 +199,7 @@ class _Window:
 
     def __init__(self, size: int):
         self.values = np.zeros(size)
+        self.size = int(size)
         self.n = 0
 
     @property
@@ -219,6 +252,16 @@ class _LineFit:
         self.sy = keep * self.sy + weight * y
         self.sxx = keep * self.sxx + weight * x * x
         self.sxy = keep * self.sxy + weight * x * y
+
+    def add_at_one(self, x: float, y: float, weight: float) -> float:
+        """:meth:`add`, then :meth:`at` ``(1.0)`` (cached as ``at`` caches it)."""
+        keep = 1.0 - weight
+        self.sx = keep * self.sx + weight * x
+        self.sy = keep * self.sy + weight * y
+        self.sxx = keep * self.sxx + weight * x * x
+        self.sxy = keep * self.sxy + weight * x * y
+        self._at_one = one = self._at(1.0)
+        return one
 
     def at(self, x: float) -> float:
         if x == 1.0:

@@ -13,7 +13,7 @@ Events at the same time run pools first, then buffers, then the arrival.
 :meth:`GatewaySim.advance` runs every internal event up to a time; the caller
 merges its inputs in time order (:meth:`GatewaySim.arrive`,
 :meth:`GatewaySim.feed`), so another input stream merges in without touching
-the loop. Results leave in chunks to a sink (:class:`RunSink`): memory is
+the loop. The pools are :mod:`gnn_faas.traces.sim_pools`'s. Results leave in chunks to a sink (:class:`RunSink`): memory is
 bounded by the work in flight. The rules that keep it fast, and the ``cost``
 objective's tandem pass: docs/design/simulator.md.
 """
@@ -25,27 +25,36 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from gnn_faas.gateway.buffer import PendingRequest
 from gnn_faas.gateway.buffer_pool import BufferPoolState
-from gnn_faas.scheduler.function_pool import IDLE, LaunchBudget, LoadAwarePolicy, Run
+from gnn_faas.scheduler.function_pool import LaunchBudget, LoadAwarePolicy
 from gnn_faas.traces.calibration import Calibration
 from gnn_faas.traces.instance_pool import PoolRun
 from gnn_faas.traces.request_stream import RequestStream
+from gnn_faas.traces.sim_pools import (
+    COLD,
+    DISPATCHED,
+    END,
+    IDS,
+    READY,
+    READY_AT,
+    SHARING,
+    STAGE0,
+    STAGE_WIDTH,
+    START,
+    WAIT,
+    FusedBudget,
+    FusedPool,
+    ObjectPool,
+)
 from gnn_faas.traces.tandem import TandemRun
 
-_READY, _DONE = 0, 1
 INF = math.inf
 CHUNK = 1 << 15  # requests (and executions) per chunk handed to the sink
-
-# an execution in flight: [request ids, rows, dispatched at, mean buffer wait,
-# sharing degree, then per stage: ready at, service, start, end, cold]
-_IDS, _ROWS, _DISPATCHED, _WAIT, _SHARING, _STAGE0 = 0, 1, 2, 3, 4, 5
-_READY_AT, _SERVICE, _START, _END, _COLD = 0, 1, 2, 3, 4
-_STAGE_WIDTH = 5
 
 
 class RunSink(Protocol):
@@ -73,103 +82,6 @@ class SimClock:
     def sleep(self, seconds: float) -> None:
         if seconds > 0:
             self.t += seconds
-
-
-class _Pool:
-    """One function's instances under the load-aware policy, with the times
-    the simulator reports (spawn and stop per instance; per execution its
-    stage's start, end and whether it waited for a cold start)."""
-
-    def __init__(self, sim: GatewaySim, stage: int, name: str, cold_s: float, memory_mb: float,
-                 budget: LaunchBudget | None, policy_cls: type[LoadAwarePolicy]):  # fmt: skip
-        cal = sim.cal
-        self.sim, self.stage, self.base = sim, stage, _STAGE0 + _STAGE_WIDTH * stage
-        # the loop's own objects (never rebound), read on every action
-        self.events, self.seq, self.flight = sim.events, sim.seq, sim.flight
-        self.last = False  # the execution's last stage (set once every stage exists)
-        self.policy = policy_cls(
-            cal.max_instances, clock=sim.clock, name=name, budget=budget, memory_mb=memory_mb
-        )
-        self.instances = self.policy.instances
-        self.cold_s = cold_s
-        self.keep_alive_s = cal.keep_alive_s
-        # only a pool with a launch budget may call an instance surplus
-        self.reaps = self.policy.budget is not None
-        self.check_at = -INF  # before this no idle instance can have outlived its keep-alive
-        self.spawn: dict = {}
-        self.stop: dict = {}
-        self.warm_at: dict = {}
-        self.last_end = 0.0
-        for _ in range(cal.min_instances):
-            launch = self.policy.launch()
-            self.spawn[launch.instance] = self.warm_at[launch.instance] = 0.0
-            self.policy.ready(launch.instance)
-        self.prewarmed = cal.min_instances
-
-    def enter(self, e: int, now: float) -> None:
-        """Execution ``e`` (its ready time and service set on its record) arrives."""
-        if now >= self.check_at:
-            self._expire(now)
-        policy = self.policy
-        if self.reaps:
-            surplus = policy.surplus()
-            if surplus is not None and policy.remove(surplus):
-                self.stop[surplus] = now
-        actions = policy.submit(e)
-        if actions:
-            self.act(actions, now)
-
-    def act(self, actions: list, now: float) -> None:
-        b = self.base
-        for a in actions:
-            if type(a) is Run:
-                rec = self.flight[a.item]
-                rec[b + _START] = now
-                rec[b + _END] = end = now + rec[b + _SERVICE]
-                inst = a.instance
-                rec[b + _COLD] = self.spawn[inst] >= rec[b + _READY_AT] and now == self.warm_at.get(
-                    inst
-                )
-                if end > self.last_end:
-                    self.last_end = end
-                heapq.heappush(self.events, (end, next(self.seq), _DONE, self, inst))
-                if self.last:
-                    self.sim.complete(a.item, rec)
-            else:  # Launch
-                self.spawn[a.instance] = now
-                heapq.heappush(
-                    self.events, (now + self.cold_s, next(self.seq), _READY, self, a.instance)
-                )
-
-    def _expire(self, now: float) -> None:
-        """Idle instances past their keep-alive stop (only a submit could have
-        given them work, so this runs before one); then the next time one could."""
-        ka = self.keep_alive_s
-        next_check = now + ka  # an instance idle from now on expires no sooner
-        for inst, s in list(self.instances.items()):
-            if s.state == IDLE:
-                if s.since + ka <= now and self.policy.remove(inst):
-                    self.stop[inst] = s.since + ka
-                elif s.since + ka < next_check:
-                    next_check = s.since + ka
-        self.check_at = next_check
-
-    def lives(self, horizon: float) -> tuple[np.ndarray, np.ndarray]:
-        """``(spawn, stop)`` per instance in launch order, the run ending at ``horizon``."""
-        self._expire(horizon)
-        if self.reaps:
-            surplus = self.policy.surplus()
-            if surplus is not None and self.policy.remove(surplus):
-                self.stop[surplus] = horizon
-        for inst in self.spawn:
-            if inst not in self.stop:
-                s = self.instances[inst]
-                alive = s.since + self.keep_alive_s if s.state == IDLE else horizon
-                self.stop[inst] = min(alive, horizon)
-        ids = list(self.spawn)
-        spawn = np.asarray([self.spawn[i] for i in ids], dtype=np.float64)
-        stop = np.maximum(np.asarray([self.stop[i] for i in ids], dtype=np.float64), spawn)
-        return spawn, stop
 
 
 class _Ordered:
@@ -220,10 +132,16 @@ class GatewaySim:
         policy_cls: type[LoadAwarePolicy] = LoadAwarePolicy,
         launch_wait_ratio: float | None = None,
         tandem: bool = False,
+        fused: bool = True,
+        reader: Any = None,
     ):
         self.stream, self.cal, self.state, self.sink = stream, cal, state, sink
         self.decide = decide
         self.tandem = tandem
+        # LoadAwarePolicy's rule in the pools themselves (sim_pools.FusedPool), and a
+        # request the gate dispatches alone counted without building its buffer
+        # (BufferPoolState.submit_alone); False: the objects, for every policy_cls
+        self.fused = fused and policy_cls is LoadAwarePolicy
         self.clock = SimClock(0.0)
         self.events: list = []
         self.seq = itertools.count()
@@ -231,6 +149,7 @@ class GatewaySim:
         self.stages = self._stages(policy_cls, launch_wait_ratio)
         self.last_stage = len(self.stages) - 1
         self.stages[-1].last = True
+        self.stages[0].reader = reader  # the stage that reads the graph (updates)
         self.ratios = [1.0]
         if seed is not None and cal.samples:
             self.ratios = cal.residual_ratios().tolist()
@@ -246,19 +165,29 @@ class GatewaySim:
         self.invocations = _Ordered(2 * len(self.stages), self._emit_invocations)
         self.vertex_sets = stream.sets.views()
 
-    def _stages(self, policy_cls, ratio: float | None) -> list[_Pool]:
+    def _stages(self, policy_cls, ratio: float | None) -> list:
         """The pools an execution passes through (one of pairs, or memory then
         compute when the calibration splits its time) and their launch budget."""
         cal = self.cal
-        budget = LaunchBudget(ratio) if ratio is not None else None
+        if self.fused:
+            budget = FusedBudget(ratio) if ratio is not None else None
+
+            def pool(stage, name, cold_s, mb):
+                return FusedPool(self, stage, name, cold_s, mb, budget)
+        else:
+            budget = LaunchBudget(ratio) if ratio is not None else None
+
+            def pool(stage, name, cold_s, mb):
+                return ObjectPool(self, stage, name, cold_s, mb, budget, policy_cls)
+
         m_mb, c_mb = cal.memory_function_mb, cal.compute_function_mb
         if cal.memory_share is None:
             self.shares = [1.0]
-            return [_Pool(self, 0, "pair", cal.cold_start_s, m_mb + c_mb, budget, policy_cls)]
+            return [pool(0, "pair", cal.cold_start_s, m_mb + c_mb)]
         self.shares = [cal.memory_share, 1.0 - cal.memory_share]
         return [
-            _Pool(self, 0, "memory", cal.cold_start_memory_s, m_mb, budget, policy_cls),
-            _Pool(self, 1, "compute", cal.cold_start_compute_s, c_mb, budget, policy_cls),
+            pool(0, "memory", cal.cold_start_memory_s, m_mb),
+            pool(1, "compute", cal.cold_start_compute_s, c_mb),
         ]
 
     # -- inputs ------------------------------------------------------------------------
@@ -288,9 +217,10 @@ class GatewaySim:
         the events up to ``until``."""
         events, state, clock, flight = self.events, self.state, self.clock, self.flight
         first, second = self.stages[0], self.stages[-1]
-        hand_off = _STAGE0 + _STAGE_WIDTH + _READY_AT  # the compute stage's ready time
+        hand_off = STAGE0 + STAGE_WIDTH + READY_AT  # the compute stage's ready time
         pop = heapq.heappop
         sets, sizes, slo = self.vertex_sets, self.stream.sets.sizes_list(), self.slo
+        alone = state.submit_alone if state is not None and self.fused else None
         n, k = len(arrivals), 0
         a = arrivals[0] if n else until
         while True:
@@ -302,16 +232,10 @@ class GatewaySim:
                 t, _, kind, pool, inst = pop(events)
                 if t > clock.t:
                     clock.t = t
-                if kind == _READY:
-                    pool.warm_at[inst] = t
-                    actions = pool.policy.ready(inst)
-                    if actions:
-                        pool.act(actions, t)
+                if kind == READY:
+                    pool.ready(inst, t)
                     continue
-                e = pool.instances[inst].current
-                actions = pool.policy.finished(inst)
-                if actions:
-                    pool.act(actions, t)
+                e = pool.done(inst, t)
                 if pool is first and first is not second:  # on to the compute stage
                     flight[e][hand_off] = t
                     second.enter(e, t)
@@ -328,6 +252,9 @@ class GatewaySim:
                 k += 1
                 if state is None:
                     self._dispatch([i], sizes[j], 0.0, a, 0.0)
+                elif alone is not None and alone(sizes[j], a):  # no buffer open: none after it
+                    self._dispatch([i], sizes[j], 0.0, a, 0.0)
+                    self.next_buffer_event = INF
                 else:
                     _, _, closed = state.submit(PendingRequest(i, sets[j], a, a + slo), a)
                     if closed:
@@ -386,11 +313,15 @@ class GatewaySim:
         state = self.state
         if state is None or self.tandem:
             return
-        queued = rec[_STAGE0 + _START] - rec[_STAGE0 + _READY_AT]
+        queued = rec[STAGE0 + START] - rec[STAGE0 + READY_AT]
         if len(self.stages) == 2:
-            b = _STAGE0 + _STAGE_WIDTH
-            queued += rec[b + _START] - rec[b + _READY_AT]
-        closed = state.finished(t, t - rec[_DISPATCHED], len(rec[_IDS]), rec[_WAIT], queued)
+            b = STAGE0 + STAGE_WIDTH
+            queued += rec[b + START] - rec[b + READY_AT]
+        if self.fused and not state.location:  # no buffer open: none to release
+            state.gate.finished(t - rec[DISPATCHED], len(rec[IDS]), rec[WAIT], queued)
+            self.next_buffer_event = INF
+            return
+        closed = state.finished(t, t - rec[DISPATCHED], len(rec[IDS]), rec[WAIT], queued)
         if closed:
             self._closed(closed, t)
         else:
@@ -398,24 +329,24 @@ class GatewaySim:
 
     def complete(self, e: int, rec: list) -> None:
         """Execution ``e``'s last stage started: its requests' results are known."""
-        end = rec[_STAGE0 + _STAGE_WIDTH * self.last_stage + _END]
+        end = rec[STAGE0 + STAGE_WIDTH * self.last_stage + END]
         k, slot = divmod(e, CHUNK)
         inv = self.invocations
         c = inv.chunks.get(k) or inv.chunk(k)
         if len(self.stages) == 2:
-            m, n = _STAGE0, _STAGE0 + _STAGE_WIDTH
-            cold = rec[m + _COLD] or rec[n + _COLD]
-            c[1][slot], c[2][slot] = rec[m + _START], rec[m + _END]
-            c[3][slot], c[4][slot] = rec[n + _START], end
+            m, n = STAGE0, STAGE0 + STAGE_WIDTH
+            cold = rec[m + COLD] or rec[n + COLD]
+            c[1][slot], c[2][slot] = rec[m + START], rec[m + END]
+            c[3][slot], c[4][slot] = rec[n + START], end
         else:
-            cold = rec[_STAGE0 + _COLD]
-            c[1][slot], c[2][slot] = rec[_STAGE0 + _START], end
+            cold = rec[STAGE0 + COLD]
+            c[1][slot], c[2][slot] = rec[STAGE0 + START], end
         c[0] -= 1
         if c[0] == 0:
             inv.done(k)
         req = self.requests
-        dispatched, sharing = rec[_DISPATCHED], rec[_SHARING]
-        for i in rec[_IDS]:
+        dispatched, sharing = rec[DISPATCHED], rec[SHARING]
+        for i in rec[IDS]:
             k, j = divmod(i, CHUNK)
             c = req.chunks.get(k) or req.chunk(k)
             c[1][j] = end
@@ -554,18 +485,22 @@ def run_gateway(
     launch_wait_ratio: float | None = None,
     tandem: bool = False,
     sink: RunSink | None = None,
+    fused: bool = True,
+    reader: Any = None,
 ) -> GatewayRun | GatewayResult:
     """Every request of ``stream`` through the buffers (``state``; None: none)
     and the function pools (module docstring); ``launch_wait_ratio``: the pools'
     launch budget (:class:`LoadAwarePolicy`; None: FaaS-GNN's launch rule).
     With a ``sink`` the results go there in chunks and the
     :class:`GatewayResult` comes back; without one, the whole
-    :class:`GatewayRun`."""
+    :class:`GatewayRun`. ``reader``: told of every call of the first stage
+    (:class:`~gnn_faas.traces.update_cost.UpdateReader`)."""
     keep = sink is None
     stages = 1 if cal.memory_share is None else 2
     out = ArraySink(stages) if keep else sink
     sim = GatewaySim(stream, cal, state, out, decide, seed=seed, policy_cls=policy_cls,
-                     launch_wait_ratio=launch_wait_ratio, tandem=tandem)  # fmt: skip
+                     launch_wait_ratio=launch_wait_ratio, tandem=tandem,
+                     fused=fused, reader=reader)  # fmt: skip
     for lo, arrivals, set_index in stream.chunks():
         sim.feed(lo, arrivals, set_index, progress)
     res = sim.finish(end_s)

@@ -94,10 +94,12 @@ class PoolSim:
         min_instances: int = 0,
         interval_s: float = 60.0,
         plan=None,
+        reader=None,
     ):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
         self.mode, self.cold_s, self.keep_alive_s = mode, cold_s, keep_alive_s
+        self.reader = reader  # told of every call (instance, start): an UpdateReader
         self.max_instances, self.interval_s, self.plan = max_instances, interval_s, plan
         self.pool = _Instances(cold_s)
         for _ in range(min_instances):  # warm before the trace, as the live stack starts
@@ -114,6 +116,7 @@ class PoolSim:
         busy = pool.busy  # the same heap, never rebound
         push, pop = heapq.heappush, heapq.heappop
         keep = self.keep_alive_s if mode != "fleet" else math.inf
+        reader = self.reader
         n = int(ready.size)
         start = [0.0] * n
         end = [0.0] * n
@@ -152,6 +155,8 @@ class PoolSim:
             start[i] = t0
             end[i] = t0 + s
             push(busy, (t0 + s, j))
+            if reader is not None:
+                reader.call(j, t0)
         self.boundary, self.k = boundary, k
         if n:
             self.last_end = max(self.last_end, max(end))

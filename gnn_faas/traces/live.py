@@ -18,7 +18,9 @@ instances every second, then written out:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +34,7 @@ from gnn_faas.traces import plots
 from gnn_faas.traces.calibration import Calibration
 from gnn_faas.traces.cost import dollars, load_prices
 from gnn_faas.traces.measure_calibration import replay_executions, share_of
-from gnn_faas.traces.replay import StatusSampler, replay
+from gnn_faas.traces.replay import StatusSampler, UpdateSender, replay
 from gnn_faas.traces.request_stream import khop_sets, map_targets, request_order
 from gnn_faas.traces.run import open_prepared_graph, setup_simulation
 from gnn_faas.traces.rundir import write_requests, write_timeline
@@ -40,6 +42,8 @@ from gnn_faas.traces.simulator import parse_policies, simulate
 from gnn_faas.traces.sources import load_trace
 from gnn_faas.traces.storage_requests import measure_fetch_requests, storage_per_policy
 from gnn_faas.traces.timeline import counts_per_second, in_flight
+from gnn_faas.traces.update_cost import update_options, window_batches
+from gnn_faas.traces.update_stream import update_stream
 
 # the live gateway's mode -> the simulator policy that models it
 MODE_POLICY = {"graph_sharing": "gnn_faas", "no_sharing": "faas_gnn",
@@ -146,17 +150,20 @@ def replay_live(
     timeout_s: float = 30.0,
     progress: bool = False,
     warmup_s: float = 0.0,
+    updates: UpdateSender | None = None,
 ) -> LiveRun:
     """Replay open loop with the status sampler; metering over the replay.
 
     The first ``warmup_s`` seconds are replayed but not measured: the summary,
     the metering window and the run directory start at the end of the warm-up
-    (times shifted so it is 0)."""
+    (times shifted so it is 0). ``updates``: batches of graph updates sent
+    beside the requests (the summary's ``updates``: acks and their latency)."""
     url = url.rstrip("/")
     t_start = time.monotonic()
     with StatusSampler(url, t_start) as sampler:
-        result = replay(url, model, arrivals, targets, max_senders=senders,
-                        timeout_s=timeout_s, progress=progress)  # fmt: skip
+        with updates if updates is not None else contextlib.nullcontext():
+            result = replay(url, model, arrivals, targets, max_senders=senders,
+                            timeout_s=timeout_s, progress=progress)  # fmt: skip
         time.sleep(1.0)  # one more sample after the last answer
     full, result = result, result.after(warmup_s)
     # sample times from the first measured send, the metering window's start
@@ -196,6 +203,8 @@ def replay_live(
         "dollars": live_dollars(result, status, prices, n),
         "error_examples": result.error_messages[:3],
     }
+    if updates is not None:
+        summary["updates"] = updates.summary()
     return LiveRun(summary, result, samples, status, full, sampler.failed)
 
 
@@ -252,11 +261,14 @@ def replay_window(trace_name: str, args: argparse.Namespace) -> tuple[LiveRun, d
         raise InvalidRequest(f"graph {graph_name!r} in the store differs from the served one")
     targets = map_targets(request_order(graph), trace.requests)
     prices = load_prices(args.prices)
+    updates, stream = update_sender(args, url, graph_name, graph, trace)
     run = replay_live(url, args.model, trace.arrivals, targets, slo_s=slo, prices=prices,
                       duration_s=trace.duration_s, senders=args.senders,
                       timeout_s=args.timeout, progress=not args.no_progress,
-                      warmup_s=trace.warmup_s)  # fmt: skip
+                      warmup_s=trace.warmup_s, updates=updates)  # fmt: skip
     run.summary.update(trace=trace_name, graph=graph_name, mode=mode)
+    if updates is not None:
+        run.summary["updates"].update(stream)
     fanouts = served_fanouts(params)
     storage_model = live_storage(run, graph, int(params.get("num_layers", 2)), mode, prices,
                                  trace.measured_s, fanouts)  # fmt: skip
@@ -269,6 +281,25 @@ def replay_window(trace_name: str, args: argparse.Namespace) -> tuple[LiveRun, d
         for name, st in storage_per_policy(sim, storage_model, prices, trace.measured_s).items():
             sim[name]["storage"] = st
     return run, sim_runs, trace.measured_s
+
+
+def update_sender(args: argparse.Namespace, url: str, graph_name: str, graph: Any,
+                  trace: Any) -> tuple[UpdateSender | None, dict]:  # fmt: skip
+    """``--updates`` as batches due over the measured window (after the
+    warm-up), sent with ``--token`` (or ``GNN_FAAS_WRITE_TOKEN``)."""
+    options = update_options(args)
+    if options is None:
+        return None, {}
+    name, rate, batch = options
+    token = getattr(args, "token", None) or os.environ.get("GNN_FAAS_WRITE_TOKEN")
+    if not token:
+        raise InvalidRequest("--updates needs a write token: --token or GNN_FAAS_WRITE_TOKEN")
+    rate, batches = window_batches(update_stream(name, graph), rate=rate, batch=batch,
+                                   start_s=trace.warmup_s, duration_s=trace.measured_s)  # fmt: skip
+    if not batches:
+        raise InvalidRequest(f"no batch of {batch} edges of {name} falls within the window")
+    sender = UpdateSender(url, graph_name, batches, token, timeout_s=args.timeout)
+    return sender, {"stream": name, "rate_edges_per_s": rate, "batch": batch}
 
 
 def served_fanouts(params: dict) -> tuple[int, ...] | None:

@@ -233,3 +233,86 @@ class StatusSampler:
                 )  # fmt: skip
             self._stop.wait(self.interval_s)
         gateway.close()
+
+
+class UpdateSender:
+    """Sends batches of added edges to ``POST /v2/graphs/{graph}/updates``
+    (JSON ``{"add_edges": [[u, v], ...]}``, ``Authorization: Bearer TOKEN``)
+    at their due times, seconds from when it starts, in a thread: one batch at
+    a time, as one writer would (a batch whose predecessor is still
+    unanswered at its due time goes late, and its send time shows by how
+    much). Per batch: due, send time, ack latency, HTTP status, the version
+    that holds it."""
+
+    def __init__(self, url: str, graph: str, batches: list[tuple[float, np.ndarray]],
+                 token: str, timeout_s: float = 30.0):  # fmt: skip
+        self.url = f"{url.rstrip('/')}/v2/graphs/{graph}/updates"
+        self.batches = batches
+        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        self.timeout_s = timeout_s
+        n = len(batches)
+        self.due = np.asarray([d for d, _ in batches], dtype=np.float64)
+        self.send = np.full(n, np.nan)
+        self.latency = np.full(n, np.nan)
+        self.status = np.zeros(n, np.int64)
+        self.version = np.full(n, -1, np.int64)
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="update-sender", daemon=True)
+
+    def __enter__(self) -> UpdateSender:
+        self.start = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is not None:
+            self._stop.set()  # the replay failed: send nothing more
+        self._thread.join()
+
+    def _run(self) -> None:
+        import requests
+
+        with requests.Session() as session:
+            for k, (due, edges) in enumerate(self.batches):
+                if self._stop.wait(max(0.0, self.start + due - time.monotonic())):
+                    return
+                body = json.dumps({"add_edges": edges.tolist()}).encode()
+                t0 = time.monotonic()
+                self.send[k] = t0 - self.start
+                try:
+                    r = session.post(self.url, data=body, headers=self.headers,
+                                     timeout=self.timeout_s)  # fmt: skip
+                except requests.RequestException as exc:
+                    self.errors.append(f"batch {k}: {exc}"[:200])
+                    continue
+                self.latency[k] = time.monotonic() - t0
+                self.status[k] = r.status_code
+                if r.status_code == 200:
+                    self.version[k] = int(r.json().get("version", -1))
+                else:
+                    self.errors.append(f"batch {k}: {r.status_code} {r.text[:200]}")
+
+    def summary(self) -> dict:
+        """Acks and their latency, the versions, how late the sends went."""
+        ok = self.status == 200
+        lat = self.latency[ok] * 1e3
+        q = np.percentile(lat, [50, 99]) if lat.size else np.full(2, np.nan)
+        edges = sum(int(e.shape[0]) for (_, e), k in zip(self.batches, ok, strict=True) if k)
+        sent = np.isfinite(self.send)
+        return {
+            "batches": len(self.batches),
+            "sent": int(sent.sum()),
+            "acked": int(ok.sum()),
+            "errors": int(len(self.batches) - ok.sum()),
+            "edges_acked": edges,
+            "ack_p50_ms": float(q[0]) if lat.size else None,
+            "ack_p99_ms": float(q[1]) if lat.size else None,
+            "ack_mean_ms": float(lat.mean()) if lat.size else None,
+            "first_version": int(self.version[ok][0]) if ok.any() else None,
+            "last_version": int(self.version[ok][-1]) if ok.any() else None,
+            "max_send_lag_s": float(np.max(self.send[sent] - self.due[sent]))
+            if sent.any()
+            else 0.0,
+            "error_examples": self.errors[:3],
+        }

@@ -4,6 +4,7 @@ summarise (and write a run directory with CSVs, JSON and plots)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from collections.abc import Sequence
@@ -12,7 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from gnn_faas.config import BufferSettings, GatewayConfig, ModelServingConfig, ServingConfig
+from gnn_faas.config import (
+    BufferSettings,
+    GatewayConfig,
+    GraphsConfig,
+    ModelServingConfig,
+    ServingConfig,
+)
 from gnn_faas.errors import InvalidRequest, NotFound
 from gnn_faas.gateway.buffer_pool import BufferConfig
 from gnn_faas.gateway.timeout_configurator import load_configurator
@@ -25,8 +32,22 @@ from gnn_faas.traces.cost import load_prices
 from gnn_faas.traces.parallel import Job, run_jobs
 from gnn_faas.traces.request_stream import build_stream
 from gnn_faas.traces.rundir import RequestRecords, read_timeline, write_timeline
-from gnn_faas.traces.simulator import POLICIES, SimulationSetup, parse_policies, summarise
+from gnn_faas.traces.simulator import (
+    POLICIES,
+    SimulationSetup,
+    billing_of,
+    parse_policies,
+    summarise,
+)
 from gnn_faas.traces.sources import load_trace
+from gnn_faas.traces.update_cost import (
+    UpdatePlan,
+    plan_summary,
+    plan_updates,
+    update_costs,
+    update_options,
+)
+from gnn_faas.traces.update_stream import update_stream
 
 
 def open_prepared_graph(graph: str, store: str | None) -> tuple[Any, str]:
@@ -100,10 +121,6 @@ def request_timeout(args: argparse.Namespace) -> float:
 def buffer_settings(args: argparse.Namespace) -> Any:
     """The ``buffers`` settings with the command line's ``--objective`` and
     ``--latency-slack`` (when given)."""
-    import dataclasses
-
-    from gnn_faas.config import BufferSettings
-
     b = BufferSettings()
     if getattr(args, "objective", None) is not None:
         b = dataclasses.replace(b, objective=args.objective)
@@ -142,8 +159,6 @@ def simulate_frontier(trace_name: str, args: argparse.Namespace) -> dict:
     """gnn_faas under each objective of :data:`FRONTIER` and every other policy
     once, on the same stream (each point a job on its own core): JSON points,
     and with ``--out`` a PNG."""
-    import dataclasses
-
     from gnn_faas.traces.plots import frontier
 
     t0 = time.perf_counter()
@@ -255,6 +270,10 @@ def simulate_trace(trace_name: str, args: argparse.Namespace) -> dict:
         trace, graph, cal, args.slo, buffer_settings=buffer_settings(args), workers=args.workers,
         fanouts=fanouts, timeout_s=request_timeout(args), repeats=trace_repeats(args),
     )  # fmt: skip
+    duration = trace.measured_s + trace.duration_s * (setup.stream.repeats - 1)
+    plan = update_plan(args, graph, trace.warmup_s, duration)
+    if plan is not None:
+        setup = dataclasses.replace(setup, updates=plan)
     slo = setup.buffer_config.slo_s
     out = Path(args.out) if args.out else None
     if out is not None:
@@ -264,7 +283,6 @@ def simulate_trace(trace_name: str, args: argparse.Namespace) -> dict:
     jobs = [policy_job(n, setup, trace, slo, prices, out) for n in order]
     done = dict(zip(order, run_jobs_with_bar(jobs, args, "simulate"), strict=True))
     n = len(setup.stream)
-    duration = trace.measured_s + trace.duration_s * (setup.stream.repeats - 1)
     result = {
         "wall_s": time.perf_counter() - t0,
         "requests": measured_requests(trace, setup),
@@ -281,7 +299,9 @@ def simulate_trace(trace_name: str, args: argparse.Namespace) -> dict:
     }
     if trace_repeats(args) > 1:
         result["days"] = trace_repeats(args)
-    add_storage(result, graph, cal.hops, prices, duration, fanouts)
+    model = add_storage(result, graph, cal.hops, prices, duration, fanouts)
+    if plan is not None:
+        add_update_costs(result, setup, plan, prices, model.per_row)
     if out is not None:
         write_simulation(out, result, {p: done[p] for p in policies})
         result["out"] = args.out
@@ -291,10 +311,10 @@ def simulate_trace(trace_name: str, args: argparse.Namespace) -> dict:
 def add_storage(
     result: dict, graph: Any, hops: int, prices: dict, duration_s: float,
     fanouts: Sequence[int] | None = None,
-) -> None:  # fmt: skip
+) -> Any:  # fmt: skip
     """Each policy's storage requests and dollars (``storage``) beside its
     compute ``dollars``, from fetches measured on the graph under the bundled
-    S3 constants (:mod:`gnn_faas.traces.storage_requests`)."""
+    S3 constants (:mod:`gnn_faas.traces.storage_requests`); the fetch model."""
     from gnn_faas.traces.request_stream import request_order
     from gnn_faas.traces.storage_requests import measure_fetch_requests, storage_per_policy
 
@@ -303,6 +323,44 @@ def add_storage(
     for name, s in storage.items():
         result["policies"][name]["storage"] = s
     result["storage_model"] = model.as_dict()
+    return model
+
+
+def update_plan(args: argparse.Namespace, graph: Any, start_s: float,
+                duration_s: float) -> UpdatePlan | None:  # fmt: skip
+    """``--updates NAME`` (at ``--update-rate`` edges/s, in batches of
+    ``--update-batch``) as batches over the measured window, with the
+    compactions the serving config's ``graphs.compact_share`` triggers."""
+    options = update_options(args)
+    if options is None:
+        return None
+    name, rate, batch = options
+    stream = update_stream(name, graph)
+    plan = plan_updates(stream, rate=rate, batch=batch, start_s=start_s, duration_s=duration_s,
+                        graph=graph, compact_share=GraphsConfig().compact_share)  # fmt: skip
+    if plan.size == 0:
+        raise InvalidRequest(f"no batch of {batch} edges of {name} falls within the window")
+    return plan
+
+
+def add_update_costs(result: dict, setup: Any, plan: UpdatePlan, prices: dict,
+                     per_row_gets: float) -> None:  # fmt: skip
+    """Each policy's ``updates`` (:func:`gnn_faas.traces.update_cost.update_costs`)
+    from what its graph-reading instances read, and the stream's ``updates``."""
+    cal = setup.calibration
+    bandwidth = cal.graph_mb / cal.full_fetch_s if cal.full_fetch_s > 0 else float("inf")
+    for name, s in result["policies"].items():
+        billing = billing_of(name, setup)
+        if billing.stages == 2:  # the memory functions read the graph
+            mb, vcpus = billing.functions[0]
+        else:
+            mb, vcpus = (sum(x) for x in zip(*billing.functions, strict=True))
+        s["updates"] = update_costs(
+            name, s.pop("update_reads"), plan, reader_mb=mb, reader_vcpus=vcpus,
+            graph_mb=cal.full_graph_mb, bandwidth_mb_s=bandwidth, row_bytes=cal.row_bytes,
+            per_row_gets=per_row_gets, prices=prices, requests=s["requests"],
+        )  # fmt: skip
+    result["updates"] = plan_summary(plan)
 
 
 def write_simulation(out: Path, result: dict, jobs: dict[str, dict]) -> None:

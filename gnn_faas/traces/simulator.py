@@ -48,6 +48,7 @@ from gnn_faas.traces.instance_pool import PoolSim
 from gnn_faas.traces.request_stream import RequestStream
 from gnn_faas.traces.summary import Instances, RunSummary
 from gnn_faas.traces.timeline import Timeline
+from gnn_faas.traces.update_cost import HOLDS_GRAPH, UpdatePlan, UpdateReader
 
 POLICIES = ("gnn_faas", "faas_gnn", "request_centric", "dgl_serverless", "serverful")
 SERVERFUL_UTILISATION = 0.8
@@ -68,6 +69,7 @@ class SimulationSetup:
     policy_cls: type[LoadAwarePolicy] = LoadAwarePolicy
     workers: int = 1  # processes for independent policies (gnn_faas.traces.parallel)
     seed: int | None = 0  # draws of measured service-time variation (None: the fit alone)
+    updates: UpdatePlan | None = None  # a stream of graph updates beside the requests
 
 
 @dataclass(frozen=True)
@@ -261,6 +263,18 @@ def _memory_mb(name: str, setup: SimulationSetup) -> float:
     return float(cal.request_mb(setup.stream.size_stats()[0]))
 
 
+def _reader(name: str, setup: SimulationSetup) -> UpdateReader | None:
+    """Counts the update segments the policy's graph-reading instances read."""
+    if setup.updates is None:
+        return None
+    return UpdateReader(setup.updates, holds_graph=name in HOLDS_GRAPH)
+
+
+def _read(extra: dict, reader: UpdateReader | None) -> None:
+    if reader is not None:
+        extra["update_reads"] = reader.figures()
+
+
 def run_gnn_faas(setup: SimulationSetup, sink: RunSink, progress=None) -> Ran:
     """The gateway's buffers and pools in one loop (:mod:`gnn_faas.traces.gateway_sim`);
     under ``cost`` the buffers are not told when executions end (the gate is
@@ -276,9 +290,10 @@ def run_gnn_faas(setup: SimulationSetup, sink: RunSink, progress=None) -> Ran:
 
     # the gateway's launch budget (scheduler.model_functions)
     ratio = bc.latency_slack if bc.objective == "balanced" else None
+    reader = _reader("gnn_faas", setup)
     res = run_gateway(setup.stream, cal, state, decide, seed=setup.seed, end_s=setup.duration_s,
                       progress=progress, policy_cls=setup.policy_cls, launch_wait_ratio=ratio,
-                      tandem=cost, sink=sink)  # fmt: skip
+                      tandem=cost, sink=sink, reader=reader)  # fmt: skip
     n = len(setup.stream)
     extra = {
         "buffers": res.executions,
@@ -290,17 +305,20 @@ def run_gnn_faas(setup: SimulationSetup, sink: RunSink, progress=None) -> Ran:
     if not cost:
         extra["gate"] = res.gate
         extra["max_requests_per_execution"] = res.max_members
+    _read(extra, reader)
     return Ran(_instances(res.lives, res.prewarmed, billing_of("gnn_faas", setup)), extra)
 
 
 def run_faas_gnn(setup: SimulationSetup, sink: RunSink, progress=None) -> Ran:
     """Every request its own execution at its arrival, on the gateway's
     load-aware pools (the loop ``gnn_faas`` runs, without buffers)."""
+    reader = _reader("faas_gnn", setup)
     res = run_gateway(setup.stream, setup.calibration, None, seed=setup.seed,
                       end_s=setup.duration_s, progress=progress, policy_cls=setup.policy_cls,
-                      sink=sink)  # fmt: skip
+                      sink=sink, reader=reader)  # fmt: skip
     n = len(setup.stream)
     extra = {"aggregated_rows_per_request": setup.stream.size_stats()[1] / max(n, 1)}
+    _read(extra, reader)
     return Ran(_instances(res.lives, res.prewarmed, billing_of("faas_gnn", setup)), extra)
 
 
@@ -342,11 +360,13 @@ def _run_pool(setup: SimulationSetup, sink: RunSink, sim: PoolSim, progress=None
 def _run_naive(name: str, cold_s: float):
     def run(setup: SimulationSetup, sink: RunSink, progress=None) -> Ran:
         cal = setup.calibration
+        reader = _reader(name, setup)
         sim = PoolSim("naive", cold_s(cal), keep_alive_s=cal.keep_alive_s,
-                      min_instances=cal.min_instances)  # fmt: skip
+                      min_instances=cal.min_instances, reader=reader)  # fmt: skip
         lives = [_run_pool(setup, sink, sim, progress)]
         billing = billing_of(name, setup)
         extra = {"memory_function_mb": billing.functions[0][0]}
+        _read(extra, reader)
         return Ran(_instances(lives, [cal.min_instances], billing), extra)
 
     return run
@@ -391,11 +411,13 @@ class _ServerfulPlan:
 def run_serverful(setup: SimulationSetup, sink: RunSink, progress=None) -> Ran:
     cal = setup.calibration
     plan = _ServerfulPlan(setup.duration_s)
+    reader = _reader("serverful", setup)
     sim = PoolSim("fleet", cal.cold_start_s + cal.full_fetch_s, plan=plan,
-                  interval_s=SERVERFUL_INTERVAL_S)  # fmt: skip
+                  interval_s=SERVERFUL_INTERVAL_S, reader=reader)  # fmt: skip
     lives = [_run_pool(setup, sink, sim, progress, plan)]
     billing = billing_of("serverful", setup)
     extra = {"instance_mb": billing.functions[0][0], "max_planned_instances": plan.peak()}
+    _read(extra, reader)
     return Ran(_instances(lives, [0], billing), extra)
 
 

@@ -92,3 +92,27 @@ def load_trace(name: str, args: argparse.Namespace) -> Trace:
     if w.measured_requests == 0:
         raise InvalidRequest(f"no arrivals in that window of the {name} trace")
     return w
+
+
+UPDATES = ("bitcoin-otc-time", "higgs-activity")  # traces/update_stream.py's streams
+
+
+def add_update_arguments(p: argparse.ArgumentParser, what: str, token: bool = False) -> None:
+    """``--updates STREAM``, ``--update-rate R``, ``--update-batch B`` (and
+    ``--token`` for a command that writes to a gateway) in an "updates" group."""
+    u = p.add_argument_group("updates")
+    u.add_argument("--updates", default=None, metavar="STREAM", choices=UPDATES,
+                   help=f"{' | '.join(UPDATES)}: {what}")  # fmt: skip
+    u.add_argument(
+        "--update-rate",
+        type=float,
+        default=None,
+        metavar="R",
+        help="edges per second (default: the whole stream over the measured window)",
+    )
+    u.add_argument("--update-batch", type=int, default=1000, metavar="B",
+                   help="edges per batch, one version each (default 1000)")  # fmt: skip
+    if token:
+        u.add_argument(
+            "--token", default=None, help="the graph's write token (default: $GNN_FAAS_WRITE_TOKEN)"
+        )

@@ -99,7 +99,32 @@ def study_tables(result: dict) -> str:
             f"| {name} | {q['gb_s']:,.0f} | {q['vcpu_s']:,.0f} | {mem * 100:.1f}% | "
             f"{cpu * 100:.1f}% |"
         )
+    if "updates" in result:
+        rows += ["", *update_table(result)]
     return "\n".join(rows)
+
+
+def update_table(result: dict) -> list[str]:
+    """What the update stream (``--updates``) costs each policy."""
+    u = result["updates"]
+    rows = [
+        f"Graph updates: {u['stream']}, {u['edges']:,} edges at {u['rate_edges_per_s']:g}/s in "
+        f"{u['batches']:,} batches of {u['batch']:,}, {u['compactions']} compaction(s) "
+        "(store requests, cache invalidations, re-reads and compactions; "
+        "gnn_faas/traces/update_cost.py)",
+        "",
+        "| policy | segment GETs | rows invalidated | store PUTs | store GETs | GB-s "
+        "| USD (Lambda x86 + S3) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, p in result["policies"].items():
+        c = p["updates"]
+        usd = c["dollars"].get("lambda_x86", 0.0) + c["dollars"].get("s3_standard", 0.0)
+        rows.append(
+            f"| {name} | {c['segment_gets']:,} | {c['rows_invalidated']:,} | "
+            f"{c['store_puts']:,} | {c['store_gets']:,.0f} | {c['gb_s']:.3f} | {usd:.5f} |"
+        )
+    return rows
 
 
 def run_study(args: argparse.Namespace) -> str:
