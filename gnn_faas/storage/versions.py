@@ -8,7 +8,11 @@ Layout under a graph's prefix ``NAME/`` (beside today's base blobs)::
     NAME/base-000000000005/           a base written by compaction (storage/compaction.py)
 
 A record names its base (a prefix: ``NAME`` itself, or a compacted base) and
-the segments after it, in order; version 0 is the graph as written. The
+the segments after it, in order: those after version ``segments_from`` listed
+in it (at most :data:`SEGMENTS_PER_RECORD` when a commit writes it), the older
+ones in record ``segments_from`` and so on back to the base
+(:func:`segments_after`), so a record's size stays bounded however long the
+log grows; version 0 is the graph as written. The
 pointer is advanced only by creating the next record with the backends'
 atomic create-if-absent (:meth:`StorageBackend.put_if_absent`: a link on the
 file store, a conditional PUT on S3, ``SET NX`` on Redis), so of two writers
@@ -36,7 +40,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from gnn_faas.errors import Unavailable
+from gnn_faas.errors import CorruptBlob, Unavailable
 from gnn_faas.storage.backends.base import StorageBackend
 from gnn_faas.storage.delta import Delta, UpdateBatch
 from gnn_faas.storage.format import (
@@ -54,6 +58,7 @@ log = logging.getLogger("gnn_faas.storage")
 
 LOG_DIR = "log"
 COMMIT_ATTEMPTS = 50  # versions a writer may lose the race for before it gives up
+SEGMENTS_PER_RECORD = 64  # segments one record lists; older ones: the record it points to
 
 
 def segment_key(name: str, version: int) -> str:
@@ -66,22 +71,44 @@ def base_prefix(name: str, version: int) -> str:
 
 @dataclass(frozen=True)
 class VersionRecord:
-    """One version: its base, the segments after it, its counts and history."""
+    """One version: its base, the segments after it, its counts and history.
+
+    ``segments``: the segments after version ``segments_from`` (``-1``: after the
+    base), in order; :func:`segments_after` walks back to older ones.
+    ``log_bytes``/``log_segments``: the whole log after the base (``-1``: what
+    ``segments`` lists, as records written before the chain hold it all)."""
 
     graph: str
     version: int
     base: str
     base_version: int
-    segments: tuple[tuple[int, str, int], ...]  # (version, key, bytes) after the base
+    segments: tuple[tuple[int, str, int], ...]  # (version, key, bytes)
     num_nodes: int
     num_edges: int
     created: float
     commit: str = ""
     last_compaction: dict | None = None
+    segments_from: int = -1
+    log_bytes: int = -1
+    log_segments: int = -1
+
+    def __post_init__(self) -> None:
+        if self.segments_from < 0:
+            object.__setattr__(self, "segments_from", self.base_version)
+        if self.log_bytes < 0:
+            object.__setattr__(self, "log_bytes", int(sum(s[2] for s in self.segments)))
+        if self.log_segments < 0:
+            object.__setattr__(self, "log_segments", len(self.segments))
 
     @property
     def delta_bytes(self) -> int:
-        return int(sum(s[2] for s in self.segments))
+        """Bytes of every segment after the base."""
+        return self.log_bytes
+
+    @property
+    def num_segments(self) -> int:
+        """Segments after the base."""
+        return self.log_segments
 
     def to_json(self) -> bytes:
         d = {
@@ -90,6 +117,9 @@ class VersionRecord:
             "base": self.base,
             "base_version": self.base_version,
             "segments": [list(s) for s in self.segments],
+            "segments_from": self.segments_from,
+            "log_bytes": self.log_bytes,
+            "log_segments": self.log_segments,
             "num_nodes": self.num_nodes,
             "num_edges": self.num_edges,
             "created": self.created,
@@ -111,12 +141,29 @@ class VersionRecord:
             created=float(d["created"]),
             commit=str(d.get("commit", "")),
             last_compaction=d.get("last_compaction"),
+            segments_from=int(d.get("segments_from", -1)),
+            log_bytes=int(d.get("log_bytes", -1)),
+            log_segments=int(d.get("log_segments", -1)),
         )
 
     @classmethod
     def of_base(cls, graph: GraphHandle) -> VersionRecord:
         """Version 0: the graph as written."""
         return cls(graph.name, 0, graph.prefix, 0, (), graph.num_nodes, graph.num_edges, 0.0)
+
+    def followed_by(self, segment: tuple[int, str, int], **fields) -> VersionRecord:
+        """The next version's record, appending ``segment`` to the log (a new
+        list, pointing here, when this one lists :data:`SEGMENTS_PER_RECORD`)."""
+        full = len(self.segments) >= SEGMENTS_PER_RECORD
+        return replace(
+            self,
+            version=segment[0],
+            segments=(segment,) if full else self.segments + (segment,),
+            segments_from=self.version if full else self.segments_from,
+            log_bytes=self.log_bytes + int(segment[2]),
+            log_segments=self.log_segments + 1,
+            **fields,
+        )
 
 
 def latest(backend: StorageBackend, name: str, base: GraphHandle | None = None) -> VersionRecord:
@@ -136,8 +183,19 @@ def record(backend: StorageBackend, name: str, version: int) -> VersionRecord | 
 
 def publish(backend: StorageBackend, rec: VersionRecord) -> bool:
     """Create ``rec``'s record if its version is free (the commit point); then
-    move the hint forward (best effort: readers probe past a stale one)."""
-    if not backend.put_if_absent(version_key(rec.graph, rec.version), rec.to_json()):
+    move the hint forward (best effort: readers probe past a stale one).
+
+    A create that fails with an error (a timeout, a dropped connection) may have
+    been applied all the same: the record is then read back, and it is this
+    commit's when it holds ``rec.commit`` (each commit's id is unique)."""
+    try:
+        created = backend.put_if_absent(version_key(rec.graph, rec.version), rec.to_json())
+    except Exception:
+        held = record(backend, rec.graph, rec.version)  # raises when the store is down
+        if held is None or held.commit != rec.commit:
+            raise
+        created = True
+    if not created:
         return False
     try:
         backend.pipe_file(f"{rec.graph}/{VERSIONS_DIR}/{VERSION_HINT}", str(rec.version).encode())
@@ -150,6 +208,27 @@ def publish(backend: StorageBackend, rec: VersionRecord) -> bool:
 
 def read_delta(backend: StorageBackend, key: str) -> Delta:
     return Delta.decode(backend.cat_file(key), where=key)
+
+
+def segments_after(
+    backend: StorageBackend, rec: VersionRecord, after: int
+) -> tuple[tuple[int, str, int], ...]:
+    """``rec``'s log segments of the versions after ``after`` (and after its base),
+    in order: its own list, then the records it points to as far back as needed."""
+    after = max(int(after), rec.base_version)
+    parts, cur = [], rec
+    while True:
+        parts.append(tuple(s for s in cur.segments if s[0] > after))
+        if cur.segments_from <= after:
+            break
+        older = record(backend, rec.graph, cur.segments_from)
+        if older is None:
+            raise CorruptBlob(
+                f"graph {rec.graph!r}: version {cur.segments_from}'s record, which version "
+                f"{cur.version} continues, is missing"
+            )
+        cur = older
+    return tuple(s for part in reversed(parts) for s in part)
 
 
 class GraphVersions:
@@ -208,17 +287,17 @@ class GraphVersions:
 
     def _load(self, rec: VersionRecord, prev: GraphState | None) -> GraphState:
         """The state of ``rec``: ``prev`` plus the segments after it when ``prev``
-        is on the same base; else the base opened and every segment applied."""
+        is on the same base; else the base opened and every segment applied
+        (in one merge: :meth:`GraphState.apply_all`)."""
         if prev is None or prev.graph.prefix != rec.base or prev.version < rec.base_version:
             graph, base_lists = self._open_base(rec.base)
             state = GraphState.of_base(graph, base_lists, version=rec.base_version)
         else:
             state = prev
-        for version, key, nbytes in rec.segments:
-            if version <= state.version:
-                continue
-            state = state.apply(read_delta(self.backend, key), version, key, nbytes)
-            self.applied_segments += 1
+        segments = segments_after(self.backend, rec, state.version)
+        items = [(read_delta(self.backend, key), v, key, nbytes) for v, key, nbytes in segments]
+        state = state.apply_all(items)
+        self.applied_segments += len(items)
         if state.version < rec.version:  # versions without a segment (a compaction's)
             state = replace(state, version=rec.version)
         return state
@@ -244,20 +323,14 @@ class GraphVersions:
                 data = delta.encode()
                 key = segment_key(self.name, rec.version + 1)
                 self.backend.pipe_file(key, data)
-                new = VersionRecord(
-                    graph=self.name,
-                    version=rec.version + 1,
-                    base=rec.base,
-                    base_version=rec.base_version,
-                    segments=rec.segments + ((rec.version + 1, key, len(data)),),
-                    num_nodes=state.num_nodes + delta.num_new,
-                    num_edges=0,  # set below from the applied state
+                nxt = state.apply(delta, rec.version + 1, key, len(data))
+                new = rec.followed_by(
+                    (rec.version + 1, key, len(data)),
+                    num_nodes=nxt.num_nodes,
+                    num_edges=nxt.num_edges,
                     created=time.time(),
                     commit=uuid.uuid4().hex,
-                    last_compaction=rec.last_compaction,
                 )
-                nxt = state.apply(delta, new.version, key, len(data))
-                new = replace(new, num_edges=nxt.num_edges)
                 if publish(self.backend, new):
                     with self._lock:
                         if new.version > self.state.version:
