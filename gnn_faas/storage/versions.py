@@ -314,10 +314,15 @@ class GraphVersions:
     def commit(self, batch: UpdateBatch) -> tuple[VersionRecord, Delta]:
         """Commit ``batch`` as the next version (checked against it; retried on the
         version after when another writer took it): ``(record, delta)``. The new
-        state is this process's current one when it returns (read-your-writes)."""
+        state is this process's current one when it returns (read-your-writes).
+
+        The first attempt builds on the newest version this process knows, without
+        asking the store: the create-if-absent of the version after it fails when
+        another writer was first, and only then is the store read."""
         with self._commit_lock:
-            for _ in range(COMMIT_ATTEMPTS):
-                self.refresh()
+            for attempt in range(COMMIT_ATTEMPTS):
+                if attempt:  # optimistic first: the create below fails if a version came
+                    self.refresh()
                 state, rec = self.state, self.record
                 delta = state.prepare(batch)
                 data = delta.encode()
