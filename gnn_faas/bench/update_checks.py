@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import Counter
 
 import numpy as np
 
@@ -126,7 +127,12 @@ def sent_summary(sents: list[Sent]) -> dict:
     lat = np.concatenate([s.latency for s in sents])
     ok = status == 200
     ms = lat[ok] * 1e3 if ok.any() else np.zeros(1)
+    failures = Counter(
+        f"{int(st)}: {(s.body[i] or s.error[i].encode()).decode(errors='replace')[:120]}"
+        for s in sents for i, st in enumerate(s.status) if st != 200
+    )  # fmt: skip
     return {
+        "failures": dict(failures.most_common(5)),
         "requests": int(status.size),
         "ok": int(ok.sum()),
         "failed": int((~ok).sum()),
@@ -164,8 +170,10 @@ def compaction_phase(args, url: str, graph, uri: str, env: dict, after_version: 
     return out
 
 
-def ack_figures(acks: list[Ack], sents: list[Sent]) -> dict:
-    """Throughput and acknowledgement latency of the stream; freshness per reader."""
+def ack_figures(acks: list[Ack], readers: list[list[Sent]], seconds: float) -> dict:
+    """Throughput (over the ``seconds`` the stream ran) and acknowledgement latency
+    of the stream; freshness per reader (``readers``: each gateway's open-loop
+    runs while the stream ran)."""
     ok = [a for a in acks if a.status == 200]
     out: dict = {"batches_acked": len(ok), "batches_failed": len(acks) - len(ok)}
     if len(ok) < len(acks):
@@ -179,15 +187,20 @@ def ack_figures(acks: list[Ack], sents: list[Sent]) -> dict:
     ms = (acked - sent) * 1e3
     out.update({
         "updates_acked": edges,
-        "update_seconds": float(acked[-1] - sent[0]),
-        "updates_per_s": edges / max(1e-9, float(acked[-1] - sent[0])),
+        "update_seconds": seconds,
+        "updates_per_s": edges / max(1e-9, seconds),
         "ack_p50_ms": float(np.percentile(ms, 50)),
         "ack_p99_ms": float(np.percentile(ms, 99)),
         "ack_max_ms": float(ms.max()),
-        "freshness": [fig.summarise(fig.freshness(acked, versions, *fig.answers_at(s)))
-                      for s in sents],
+        "freshness": [fig.summarise(fig.freshness(acked, versions, *_answers(runs)))
+                      for runs in readers],
     })  # fmt: skip
     return out
+
+
+def _answers(runs: list[Sent]) -> tuple[np.ndarray, np.ndarray]:
+    parts = [fig.answers_at(s) for s in runs]
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
 def summarise(out: dict) -> dict:

@@ -102,11 +102,12 @@ def post_batches(
     rate: float = 0.0,
     binary: bool = True,
     max_edges: int = 0,
+    first: int = 0,
     timeout_s: float = 60.0,
 ) -> list[Ack]:
-    """Post ``cycle``'s batches from batch 0 until ``until`` (monotonic) passes or
-    ``max_edges`` (> 0) were posted; ``rate`` > 0: batch ``k`` is due
-    ``k * batch / rate`` seconds after the start."""
+    """Post ``cycle``'s batches from batch ``first`` until ``until`` (monotonic)
+    passes or ``max_edges`` (> 0) were posted; ``rate`` > 0: the ``k``-th batch
+    posted is due ``k * batch / rate`` seconds after the start."""
     acks: list[Ack] = []
     target = f"{url}/v2/graphs/{graph}/updates"
     auth = {"Authorization": f"Bearer {token}"}
@@ -120,7 +121,7 @@ def post_batches(
                     time.sleep(min(wait, max(0.0, until - time.monotonic())))
                     if time.monotonic() >= until:
                         break
-            kind, edges = cycle.get(k)
+            kind, edges = cycle.get(first + k)
             body, headers = batch_body(kind, edges, binary)
             sent = time.monotonic()
             try:

@@ -5,11 +5,12 @@ Serves a graph as of a cut-off (bench/update_graphs.py) with ``gnn-faas up``
 learns of new versions only by polling, ``graphs.freshness_s``), then:
 
 1. **without updates**: open-loop Poisson requests at ``--rps`` to the writer's
-   gateway (and ``--reader-rps`` to the reader) for ``--duration`` seconds;
+   gateway (and ``--reader-rps`` to the reader);
 2. **with updates**: the same arrivals again while the later edges are posted
    to ``POST /v2/graphs/{g}/updates`` in batches of ``--batch`` (binary
    tensors), as fast as they are acknowledged or at ``--update-rate`` edges/s,
-   added and removed in turn (bench/update_writer.py);
+   added and removed in turn (bench/update_writer.py); 1 and 2 alternate in
+   ``--rounds`` windows (``--duration`` seconds of each in all);
 3. the served answers for ``--sample`` vertices (half of them ones the updates
    touched) on both gateways against PyG on the final graph, built from the
    base's edge list and the stream (bench/update_figures.py);
@@ -62,7 +63,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cycle", choices=CYCLES, default=None,
                    help="after the stream: remove it and add it again (add-remove, the default "
                    "for bitcoin-otc) or add it again (add: multi-edges; higgs-twitter-like)")  # fmt: skip
-    p.add_argument("--duration", type=float, default=20.0, help="seconds per load phase")
+    p.add_argument("--duration", type=float, default=30.0,
+                   help="seconds of load without the stream, and as many with it")  # fmt: skip
+    p.add_argument("--rounds", type=int, default=3,
+                   help="the two alternate this many times (windows of duration/rounds)")  # fmt: skip
     p.add_argument("--cutoff", type=float, default=0.8, help="bitcoin-otc: time quantile cut")
     p.add_argument("--freshness-s", type=float, default=1.0, help="graphs.freshness_s")
     p.add_argument("--compact-share", type=float, default=0.0,
@@ -93,8 +97,10 @@ def stack_config(args, uri: str, name: str, ckpt: str, token: str | None) -> dic
 
 
 def run(args: argparse.Namespace) -> dict:
-    if args.rps <= 0 or args.duration <= 4 or args.batch < 1 or args.reader_rps < 0:
-        raise InvalidRequest("--rps must be positive, --duration over 4 s, --batch >= 1")
+    if args.rps <= 0 or args.batch < 1 or args.reader_rps < 0 or args.rounds < 1:
+        raise InvalidRequest("--rps must be positive, --batch and --rounds >= 1")
+    if args.duration / args.rounds < 4:
+        raise InvalidRequest("each window (--duration / --rounds) must be at least 4 s")
     store = args.store or default_store()
     graph, stream, stream_name = prepare(store, args.graph, args.cutoff, args.seed)
     cycle_kind = args.cycle or ("add-remove" if args.graph == "bitcoin-otc" else "add")
@@ -126,40 +132,62 @@ def run(args: argparse.Namespace) -> dict:
     return chk.summarise(out)
 
 
+def windows(args, stacks: list[Stack], graph, cycle: EdgeCycle, token: str) -> tuple[dict, list]:
+    """Steps 1 and 2 interleaved: ``--rounds`` rounds of a window without the stream
+    then one with it, each ``duration / rounds`` seconds, on the same arrivals
+    (a machine whose load drifts moves both alike)."""
+    name, urls = graph.name, [st.url for st in stacks]
+    rates = [args.rps, args.reader_rps][: len(stacks)]
+    span = args.duration / args.rounds
+    tail = min(max(2.0, 2 * args.freshness_s), span / 2)  # the last batch's answers come
+    sents: dict = {k: [[] for _ in stacks] for k in ("without", "with")}
+    cpu = {k: np.zeros(len(stacks)) for k in ("without", "with")}
+    acks: list = []
+    stream_s = 0.0
+    for r in range(args.rounds):
+        plan = []
+        for i, rps in enumerate(rates):
+            due = poisson_arrivals(rps, span, args.seed + 10 * r + i)
+            plan.append((due, request_targets(graph, due.size, args.seed + 10 * r + i)))
+        for kind in ("without", "with"):
+            c0 = np.array([fig.tree_cpu_s(st.proc.pid) for st in stacks])
+            loads = chk.start_loads(urls, name, plan)
+            if kind == "with" and not (acks and acks[-1].status != 200):
+                done = sum(a.edges for a in acks)
+                got = post_batches(urls[0], name, token, cycle,
+                                   until=time.monotonic() + span - tail, rate=args.update_rate,
+                                   binary=not args.json_body, first=len(acks),
+                                   max_edges=max(0, args.max_updates - done) if args.max_updates
+                                   else 0)  # fmt: skip
+                acks += got
+                stream_s += got[-1].acked - got[0].sent if got else 0.0
+            for ld in loads:
+                ld.join()
+            cpu[kind] += np.array([fig.tree_cpu_s(st.proc.pid) for st in stacks]) - c0
+            for i, ld in enumerate(loads):
+                sents[kind][i].append(ld.sent)
+    out = {
+        "rounds": args.rounds,
+        "window_s": span,
+        "infer_without_updates": [chk.sent_summary(s) for s in sents["without"]],
+        "infer_with_updates": [chk.sent_summary(s) for s in sents["with"]],
+        "cpu_s_per_gateway_stack": {k: v.tolist() for k, v in cpu.items()},
+        **chk.ack_figures(acks, sents["with"], stream_s),
+    }
+    return out, acks
+
+
 def serve(args, stacks: list[Stack], graph, cycle: EdgeCycle, token: str, where) -> dict:
     """Steps 1-4 on running gateways (see the module docstring)."""
     uri, env, ckpt = where
     name, urls = graph.name, [st.url for st in stacks]
-    plan = []
-    for i, rps in enumerate([args.rps, args.reader_rps][: len(stacks)]):
-        due = poisson_arrivals(rps, args.duration, args.seed + i)
-        plan.append((due, request_targets(graph, due.size, args.seed + i)))
     warm = [(np.linspace(0, 2, 20), request_targets(graph, 20, args.seed + 7))] * len(stacks)
     for ld in chk.start_loads(urls, name, warm):  # connections and caches warm, not measured
         ld.join()
     rss = [fig.RssSampler(st) for st in stacks]
     for r in rss:
         r.start()
-    cpu = [[fig.tree_cpu_s(st.proc.pid) for st in stacks]]
-    base = chk.start_loads(urls, name, plan)
-    for ld in base:
-        ld.join()
-    cpu.append([fig.tree_cpu_s(st.proc.pid) for st in stacks])
-    loaded = chk.start_loads(urls, name, plan)  # the same arrivals, with the stream
-    tail = max(2.0, 2 * args.freshness_s)  # answers after the last batch: its freshness
-    acks = post_batches(urls[0], name, token, cycle, until=time.monotonic() + args.duration - tail,
-                        rate=args.update_rate, binary=not args.json_body,
-                        max_edges=args.max_updates)  # fmt: skip
-    for ld in loaded:
-        ld.join()
-    cpu.append([fig.tree_cpu_s(st.proc.pid) for st in stacks])
-    out = {
-        "infer_without_updates": [chk.sent_summary([ld.sent]) for ld in base],
-        "infer_with_updates": [chk.sent_summary([ld.sent]) for ld in loaded],
-        "cpu_s_per_gateway_stack": {"without_updates": np.subtract(cpu[1], cpu[0]).tolist(),
-                                    "with_updates": np.subtract(cpu[2], cpu[1]).tolist()},
-        **chk.ack_figures(acks, [ld.sent for ld in loaded]),
-    }  # fmt: skip
+    out, acks = windows(args, stacks, graph, cycle, token)
     done = [a for a in acks if a.status == 200]
     out["final_version"] = final = max([a.version for a in done], default=0)
     out["reader_catch_up_s"] = [fig.wait_version(u, name, final) for u in urls]

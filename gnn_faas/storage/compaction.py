@@ -43,7 +43,7 @@ from gnn_faas.storage.versions import (
     base_prefix,
     latest,
     publish,
-    read_delta,
+    read_deltas,
     segments_after,
 )
 
@@ -72,7 +72,8 @@ def state_of(
 
     state = GraphState.of_base(graph, base_lists, version=rec.base_version)
     segments = segments_after(backend, rec, rec.base_version)
-    items = [(read_delta(backend, key), v, key, nbytes) for v, key, nbytes in segments]
+    deltas = read_deltas(backend, segments)
+    items = [(d, v, key, nbytes) for d, (v, key, nbytes) in zip(deltas, segments)]
     return state.apply_all(items), (indptr, indices)  # one merge, not one per segment
 
 

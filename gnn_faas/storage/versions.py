@@ -210,6 +210,17 @@ def read_delta(backend: StorageBackend, key: str) -> Delta:
     return Delta.decode(backend.cat_file(key), where=key)
 
 
+def read_deltas(backend: StorageBackend, segments) -> list[Delta]:
+    """The deltas of ``segments`` (``(version, key, bytes)``), read as one batch
+    (``cat_ranges``: concurrent GETs on S3, one pipeline on Redis), in order."""
+    segments = list(segments)
+    if len(segments) <= 1:
+        return [read_delta(backend, key) for _, key, _ in segments]
+    keys = [key for _, key, _ in segments]
+    blobs = backend.cat_ranges(keys, [0] * len(keys), [int(n) for _, _, n in segments])
+    return [Delta.decode(bytes(b), where=k) for b, k in zip(blobs, keys)]
+
+
 def segments_after(
     backend: StorageBackend, rec: VersionRecord, after: int
 ) -> tuple[tuple[int, str, int], ...]:
@@ -295,7 +306,8 @@ class GraphVersions:
         else:
             state = prev
         segments = segments_after(self.backend, rec, state.version)
-        items = [(read_delta(self.backend, key), v, key, nbytes) for v, key, nbytes in segments]
+        deltas = read_deltas(self.backend, segments)
+        items = [(d, v, key, nbytes) for d, (v, key, nbytes) in zip(deltas, segments)]
         state = state.apply_all(items)
         self.applied_segments += len(items)
         if state.version < rec.version:  # versions without a segment (a compaction's)

@@ -110,7 +110,7 @@ def test_new_edges_drop_repeats_and_what_the_base_holds(tmp_path):
 @pytest.mark.slow
 def test_a_short_update_benchmark_is_exact_and_loses_nothing(tmp_path, capsys):
     argv = ["bench", "updates", "--store", f"file://{tmp_path}", "--rps", "10",
-            "--reader-rps", "5", "--duration", "6", "--batch", "500", "--sample", "40",
+            "--reader-rps", "5", "--duration", "8", "--rounds", "2", "--batch", "500", "--sample", "40",
             "--json"]  # fmt: skip
     assert main(argv) == 0
     r = json.loads(capsys.readouterr().out)
