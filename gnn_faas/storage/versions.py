@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import random
 import threading
 import time
 import uuid
@@ -57,7 +58,9 @@ from gnn_faas.storage.graph_state import GraphState
 log = logging.getLogger("gnn_faas.storage")
 
 LOG_DIR = "log"
-COMMIT_ATTEMPTS = 50  # versions a writer may lose the race for before it gives up
+COMMIT_ATTEMPTS = 50  # versions a writer may lose the race for before it gives up...
+COMMIT_PATIENCE_S = 30.0  # ...unless it has been trying for less than this
+BACKOFF_S = (0.001, 0.05)  # jittered wait after a lost race: first, most
 SEGMENTS_PER_RECORD = 64  # segments one record lists; older ones: the record it points to
 
 
@@ -332,9 +335,15 @@ class GraphVersions:
         asking the store: the create-if-absent of the version after it fails when
         another writer was first, and only then is the store read."""
         with self._commit_lock:
-            for attempt in range(COMMIT_ATTEMPTS):
+            t0, attempt = time.monotonic(), 0
+            while attempt < COMMIT_ATTEMPTS or time.monotonic() - t0 < COMMIT_PATIENCE_S:
                 if attempt:  # optimistic first: the create below fails if a version came
+                    # a jittered, growing wait: a writer that keeps losing to a faster
+                    # one gets in when that one pauses (it never waits on a lock)
+                    cap = min(BACKOFF_S[1], BACKOFF_S[0] * 2 ** min(attempt, 16))
+                    time.sleep(random.uniform(0, cap))
                     self.refresh()
+                attempt += 1
                 state, rec = self.state, self.record
                 delta = state.prepare(batch)
                 data = delta.encode()
@@ -358,8 +367,8 @@ class GraphVersions:
                 with contextlib.suppress(Exception):
                     self.backend.rm(key)
         raise Unavailable(
-            f"graph {self.name!r}: {COMMIT_ATTEMPTS} versions in a row were taken by other "
-            "writers; retry"
+            f"graph {self.name!r}: {attempt} versions in a row were taken by other writers "
+            f"in {time.monotonic() - t0:.0f} s; retry"
         )
 
     # -- the refresher ---------------------------------------------------------------
