@@ -41,9 +41,9 @@ from gnn_faas.storage.staged_writer import StagedGraphWriter
 from gnn_faas.storage.versions import (
     VersionRecord,
     base_prefix,
+    fold,
     latest,
     publish,
-    read_deltas,
     segments_after,
 )
 
@@ -72,9 +72,7 @@ def state_of(
 
     state = GraphState.of_base(graph, base_lists, version=rec.base_version)
     segments = segments_after(backend, rec, rec.base_version)
-    deltas = read_deltas(backend, segments)
-    items = [(d, v, key, nbytes) for d, (v, key, nbytes) in zip(deltas, segments)]
-    return state.apply_all(items), (indptr, indices)  # one merge, not one per segment
+    return fold(backend, state, segments), (indptr, indices)  # a merge per group of segments
 
 
 def merged_csr(

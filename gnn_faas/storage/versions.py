@@ -61,6 +61,8 @@ LOG_DIR = "log"
 COMMIT_ATTEMPTS = 50  # versions a writer may lose the race for before it gives up...
 COMMIT_PATIENCE_S = 30.0  # ...unless it has been trying for less than this
 BACKOFF_S = (0.001, 0.05)  # jittered wait after a lost race: first, most
+FULL_CHECK_S = 5.0  # a poller reads the hint (a full refresh) at least this often
+FOLD_SEGMENTS = 512  # segments read and folded at once: memory bounded, few merges
 SEGMENTS_PER_RECORD = 64  # segments one record lists; older ones: the record it points to
 
 
@@ -224,6 +226,17 @@ def read_deltas(backend: StorageBackend, segments) -> list[Delta]:
     return [Delta.decode(bytes(b), where=k) for b, k in zip(blobs, keys)]
 
 
+def fold(backend: StorageBackend, state: GraphState, segments) -> GraphState:
+    """``state`` with ``segments`` applied, :data:`FOLD_SEGMENTS` read and merged
+    at a time (:meth:`GraphState.apply_all`)."""
+    segments = list(segments)
+    for lo in range(0, len(segments), FOLD_SEGMENTS):  # a loop over groups of segments
+        part = segments[lo : lo + FOLD_SEGMENTS]
+        deltas = read_deltas(backend, part)
+        state = state.apply_all([(d, v, k, n) for d, (v, k, n) in zip(deltas, part)])
+    return state
+
+
 def segments_after(
     backend: StorageBackend, rec: VersionRecord, after: int
 ) -> tuple[tuple[int, str, int], ...]:
@@ -267,6 +280,7 @@ class GraphVersions:
         self._lock = threading.Lock()  # builds states one at a time
         self._commit_lock = threading.Lock()  # this process's writers queue here, then race others
         self._checked_at = 0.0
+        self._full_at = 0.0
         self.applied_segments = 0
         rec = latest(backend, name)
         self.record = rec
@@ -292,6 +306,19 @@ class GraphVersions:
         self._checked_at = checked
         return self.state
 
+    def poll(self) -> GraphState:
+        """A refresh that costs one read while nothing is new: the record after the
+        newest known version (absent: done); a full :meth:`refresh` when it exists,
+        and at least every :data:`FULL_CHECK_S` (a reader left behind past a
+        compaction's grace period finds its next record collected)."""
+        checked = time.monotonic()
+        recent = checked - self._full_at < FULL_CHECK_S
+        if recent and record(self.backend, self.name, self.state.version + 1) is None:
+            self._checked_at = checked
+            return self.state
+        self._full_at = checked
+        return self.refresh()
+
     def _advance(self, rec: VersionRecord) -> None:
         with self._lock:
             if rec.version <= self.state.version:
@@ -309,10 +336,8 @@ class GraphVersions:
         else:
             state = prev
         segments = segments_after(self.backend, rec, state.version)
-        deltas = read_deltas(self.backend, segments)
-        items = [(d, v, key, nbytes) for d, (v, key, nbytes) in zip(deltas, segments)]
-        state = state.apply_all(items)
-        self.applied_segments += len(items)
+        state = fold(self.backend, state, segments)
+        self.applied_segments += len(segments)
         if state.version < rec.version:  # versions without a segment (a compaction's)
             state = replace(state, version=rec.version)
         return state
@@ -373,16 +398,18 @@ class GraphVersions:
 
     # -- the refresher ---------------------------------------------------------------
     def start(self, interval_s: float | None = None) -> None:
-        """Poll the store in the background every ``interval_s`` (default: half
-        ``freshness_s``) so requests find the newest version already loaded."""
+        """Poll the store in the background every ``interval_s`` (default: a
+        quarter of ``freshness_s``: a version is found and loaded well within the
+        bound; an idle poll is one read, :meth:`poll`) so requests find the
+        newest version already loaded."""
         if self.freshness_s <= 0 or self._thread is not None:
             return
-        every = interval_s if interval_s is not None else self.freshness_s / 2
+        every = interval_s if interval_s is not None else self.freshness_s / 4
 
         def loop() -> None:
             while not self._stop.wait(every):
                 try:
-                    self.refresh()
+                    self.poll()
                 except Exception as exc:  # noqa: BLE001 - the next round tries again
                     log.warning("graph %s: refreshing its version failed: %s", self.name, exc)
 

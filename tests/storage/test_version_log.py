@@ -142,3 +142,29 @@ def test_a_record_listing_every_segment_still_reads(tmp_path):
     assert rec.version == 5 and rec.num_segments == 5
     assert version_key("g", 5).endswith("000000000005.json")
     check_equal(versions_of(uri), ref)
+
+
+def test_a_poll_reads_one_record_while_nothing_is_new_and_finds_what_came(tmp_path):
+    uri = f"file://{tmp_path}"
+    src, dst, feats = make_graph(uri, symmetrized=False, seed=13)
+    ref = Reference(src, dst, feats, False)
+    writer, reader = versions_of(uri), versions_of(uri, freshness_s=1.0)
+    reads: list[str] = []
+    inner = reader.backend.cat_file
+
+    def counted(path, *a, **kw):
+        reads.append(path)
+        return inner(path, *a, **kw)
+
+    reader.backend.cat_file = counted
+    reader.poll()  # the first poll is a full refresh (hint, then probes)
+    reads.clear()
+    reader.poll()
+    assert reads == ["g/versions/000000000001.json"]  # nothing new: one read
+    rng = np.random.default_rng(14)
+    for _ in range(3):
+        batch = random_batch(rng, ref)
+        writer.commit(batch)
+        ref.apply(batch)
+    assert reader.poll().version == 3
+    check_equal(reader, ref)
