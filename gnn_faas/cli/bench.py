@@ -26,6 +26,8 @@ BENCHMARKS = {
     "live-vs-sim": "one trace window live and simulated: p50, p99, GB-s, sharing and ratios",
     "slowclients": "idle and slow-body connections held against a gateway; RSS after big bodies",
     "storage-constants": "what a request and a byte cost on a store (the range planner's model)",
+    "updates": "a graph changing while served: ingest rate, ack, freshness, p99, PyG, compaction",
+    "update-faults": "writers and compactions SIGKILLed mid-flight, two racing writers: nothing lost",
 }
 
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from gnn_faas.errors import InvalidRequest
 from gnn_faas.storage.format import GraphHandle
-from gnn_faas.storage.versions import latest, read_delta, record
+from gnn_faas.storage.versions import latest, read_deltas, record, segments_after
 
 log = logging.getLogger("gnn_faas.memory")
 
@@ -91,10 +91,8 @@ class RowVersions:
             if rec.base != self.bases[-1].prefix:
                 self._new_base(rec.base, rec.base_version)
             keys, rows, ids = [self.keys], [self.rows], []
-            for v, key, _ in rec.segments:
-                if v <= self.known:
-                    continue
-                delta = read_delta(self.backend, key)
+            segments = segments_after(self.backend, rec, self.known)
+            for (v, _, _), delta in zip(segments, read_deltas(self.backend, segments)):
                 set_ids = np.concatenate((delta.new_ids, delta.feat_ids))
                 set_rows = np.concatenate((delta.new_features, delta.feat_rows))
                 keys.append((set_ids << 32) | np.int64(v))

@@ -107,7 +107,7 @@ class GraphUpdates:
             "num_edges": state.num_edges,
             "removed_vertices": int(state.features.removed.size),
             "delta": {
-                "segments": len(rec.segments),
+                "segments": rec.num_segments,
                 "bytes": rec.delta_bytes,
                 "share_of_base": rec.delta_bytes / max(1, base),
             },

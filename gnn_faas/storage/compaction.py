@@ -23,9 +23,11 @@ other leftovers).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
+import uuid
 from dataclasses import replace
 
 import numpy as np
@@ -39,9 +41,10 @@ from gnn_faas.storage.staged_writer import StagedGraphWriter
 from gnn_faas.storage.versions import (
     VersionRecord,
     base_prefix,
+    fold,
     latest,
     publish,
-    read_delta,
+    segments_after,
 )
 
 log = logging.getLogger("gnn_faas.storage")
@@ -68,9 +71,8 @@ def state_of(
         return counts, indices[starts + np.arange(total)].astype(np.int64)
 
     state = GraphState.of_base(graph, base_lists, version=rec.base_version)
-    for version, key, nbytes in rec.segments:
-        state = state.apply(read_delta(backend, key), version, key, nbytes)
-    return state, (indptr, indices)
+    segments = segments_after(backend, rec, rec.base_version)
+    return fold(backend, state, segments), (indptr, indices)  # a merge per group of segments
 
 
 def merged_csr(
@@ -111,7 +113,7 @@ def compact(
     t0 = time.perf_counter()
     collected = collect_garbage(backend, name, now())
     rec = latest(backend, name)
-    if rec.version == rec.base_version:
+    if rec.num_segments == 0:  # nothing after the base (a compaction's own version included)
         return {"graph": name, "compacted": False, "version": rec.version, "deleted": collected}
     state, base_csr = state_of(backend, rec)
     prefix = base_prefix(name, rec.version)
@@ -119,16 +121,20 @@ def compact(
     folded = rec.version
     while True:  # publish the next version on the new base, keeping later segments
         head = latest(backend, name)
-        after = tuple(s for s in head.segments if s[0] > folded)
+        after = segments_after(backend, head, folded)  # committed while this ran
+        listed = tuple(s for s in head.segments if s[0] > folded)
         seconds = time.perf_counter() - t0
         new = replace(
             head,
             version=head.version + 1,
             base=prefix,
             base_version=folded,
-            segments=after,
+            segments=listed,
+            segments_from=max(folded, head.segments_from),
+            log_bytes=int(sum(s[2] for s in after)),
+            log_segments=len(after),
             created=now(),
-            commit=f"compaction-{folded}",
+            commit=f"compaction-{folded}-{uuid.uuid4().hex[:12]}",
             last_compaction={"at": now(), "seconds": seconds, "version": folded},
         )
         if publish(backend, new):
@@ -137,13 +143,15 @@ def compact(
     new_base = GraphHandle(backend, name, verify="none", prefix=prefix)
     changed = state.changed_vertices()
     mark_stale(backend, name, new_base, lambda layers: state.reach(changed, layers))
-    garbage = [k for _, k, _ in rec.segments]
+    garbage = list(state.segments)  # the folded segments
     garbage += [version_key(name, v) for v in range(max(1, rec.base_version), folded)]
+    keys = backend.ls(name + "/")
     if rec.base != name:  # a compacted base: everything under its prefix
-        garbage += backend.ls(rec.base + "/")
+        garbage += [k for k in keys if k.startswith(rec.base + "/")]
     else:  # the graph as first written: its manifest and blobs (not its log, embeddings...)
-        garbage += [k for k in backend.ls(name + "/") if "/" not in k[len(name) + 1 :]
+        garbage += [k for k in keys if "/" not in k[len(name) + 1 :]
                     and k != f"{name}/{GC_KEY}"]  # fmt: skip
+    garbage += leftovers(name, keys, folded, {prefix, rec.base})
     schedule_garbage(backend, name, garbage, now() + grace_s)
     out = {
         "graph": name,
@@ -153,7 +161,7 @@ def compact(
         "base": prefix,
         "num_nodes": state.num_nodes,
         "num_edges": state.num_edges,
-        "segments_folded": len(rec.segments),
+        "segments_folded": len(state.segments),
         "seconds": time.perf_counter() - t0,
         "deleted": collected,
     }
@@ -230,6 +238,27 @@ def _extended(w: StagedGraphWriter, graph: GraphHandle, key: str, n: int, arr) -
 
 
 # -- deferred deletion -------------------------------------------------------------
+def leftovers(name: str, keys: list[str], folded: int, keep: set[str]) -> list[str]:
+    """Keys of bases older than version ``folded`` that no version published (a
+    compaction killed between writing its base and its record), but ``keep``."""
+    out = []
+    for key in keys:  # one pass over the graph's keys; a base is a key prefix
+        prefix = "/".join(key.split("/")[:2])
+        if not prefix.startswith(f"{name}/base-") or prefix in keep:
+            continue
+        version = prefix.rsplit("-", 1)[1]
+        if version.isdigit() and int(version) < folded:
+            out.append(key)
+    return out
+
+
+def _in_base(key: str, base: str, name: str) -> bool:
+    """Whether ``key`` is a blob of base ``base`` (``name`` itself: its top-level keys)."""
+    if base == name:
+        return key.startswith(name + "/") and "/" not in key[len(name) + 1 :]
+    return key.startswith(base + "/")
+
+
 def _gc_list(backend: StorageBackend, name: str) -> list[dict]:
     try:
         return json.loads(backend.cat_file(f"{name}/{GC_KEY}"))
@@ -238,19 +267,26 @@ def _gc_list(backend: StorageBackend, name: str) -> list[dict]:
 
 
 def schedule_garbage(backend: StorageBackend, name: str, keys: list[str], after: float) -> None:
-    """List ``keys`` for deletion once ``after`` (unix seconds) has passed."""
-    entries = _gc_list(backend, name) + [{"key": k, "after": after} for k in keys]
+    """List ``keys`` for deletion once ``after`` (unix seconds) has passed (a key
+    listed already keeps its time)."""
+    entries = _gc_list(backend, name)
+    listed = {e["key"] for e in entries}
+    entries += [{"key": k, "after": after} for k in dict.fromkeys(keys) if k not in listed]
     backend.pipe_file(f"{name}/{GC_KEY}", json.dumps(entries).encode())
 
 
 def collect_garbage(backend: StorageBackend, name: str, now: float) -> int:
-    """Delete the listed keys whose time has come; how many."""
+    """Delete the listed keys whose time has come; how many. Never a key of the
+    newest version's base (a compaction that published after this list was
+    written: listed as a leftover, it is in use after all)."""
     entries = _gc_list(backend, name)
-    due = [e for e in entries if e["after"] <= now]
-    if not due:
+    if not any(e["after"] <= now for e in entries):
         return 0
+    base = latest(backend, name).base
+    due = [e for e in entries if e["after"] <= now and not _in_base(e["key"], base, name)]
     for e in due:
-        backend.rm(e["key"])
-    rest = [e for e in entries if e["after"] > now]
+        with contextlib.suppress(BlobNotFound):  # deleted by an earlier, killed run
+            backend.rm(e["key"])
+    rest = [e for e in entries if e not in due]
     backend.pipe_file(f"{name}/{GC_KEY}", json.dumps(rest).encode())
     return len(due)

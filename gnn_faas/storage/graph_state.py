@@ -374,46 +374,68 @@ class GraphState:
     # -- the next version ----------------------------------------------------------
     def apply(self, delta: Delta, version: int, segment: str = "", nbytes: int = 0) -> GraphState:
         """The state after ``delta`` (this one is left as it is)."""
-        feats = self.features.apply(delta)
-        n_new = feats.num_nodes
-        affected = np.unique(np.concatenate((delta.add_dst, delta.rem_dst, delta.new_ids)))
+        return self.apply_all([(delta, version, segment, nbytes)])
+
+    def apply_all(self, items: list[tuple[Delta, int, str, int]]) -> GraphState:
+        """The state after each ``(delta, version, segment, bytes)`` of ``items`` in
+        order, as :meth:`apply` one by one gives it, in one merge of the changed
+        lists however many deltas (catching up, compaction).
+
+        Within a delta removals come before additions; a removal takes every copy
+        of its edge present then. So an edge of the old lists stays unless some
+        delta removes it, and an added edge stays unless a later delta removes it;
+        the survivors keep their order (old entries first, then the added ones in
+        delta order)."""
+        if not items:
+            return self
+        deltas = [it[0] for it in items]
+        feats = self.features.apply(_joined(deltas))
+        m = np.int64(feats.num_nodes + 1)
+        pos = np.arange(len(deltas))
+        add_src = np.concatenate([d.add_src for d in deltas])
+        add_dst = np.concatenate([d.add_dst for d in deltas])
+        rem_dst = np.concatenate([d.rem_dst for d in deltas])
+        new_ids = np.concatenate([d.new_ids for d in deltas])
+        affected = np.unique(np.concatenate((add_dst, rem_dst, new_ids)))
         existing = affected[affected < self.num_nodes]
         c_old, v_old = self.in_lists(existing) if existing.size else (np.zeros(0, np.int64),) * 2
         owners = np.repeat(existing, c_old)
-        m = np.int64(n_new + 1)
         removed_edges = 0
-        if delta.rem_src.size and v_old.size:
-            gone = _member(np.unique(delta.rem_dst * m + delta.rem_src), owners * m + v_old)
-            removed_edges = int(gone.sum())
-            owners, v_old = owners[~gone], v_old[~gone]
-        owners = np.concatenate((owners, delta.add_dst))
-        values = np.concatenate((v_old, delta.add_src))
+        if rem_dst.size:
+            rem_key = rem_dst * m + np.concatenate([d.rem_src for d in deltas])
+            rem_at = np.repeat(pos, [d.rem_src.size for d in deltas])
+            order = np.lexsort((rem_at, rem_key))
+            rk, ra = rem_key[order], rem_at[order]
+            last = np.append(rk[1:] != rk[:-1], True)
+            keys, last_at = rk[last], ra[last]  # each removed edge, the last delta removing it
+            if v_old.size:
+                gone = _member(keys, owners * m + v_old)
+                removed_edges = int(gone.sum())
+                owners, v_old = owners[~gone], v_old[~gone]
+            if add_src.size:  # an addition a later delta removed is gone too
+                add_at = np.repeat(pos, [d.add_src.size for d in deltas])
+                akey = add_dst * m + add_src
+                hit = np.flatnonzero(_member(keys, akey))
+                later = add_at[hit] < last_at[np.searchsorted(keys, akey[hit])]
+                keep = np.ones(akey.size, bool)
+                keep[hit[later]] = False
+                add_src, add_dst = add_src[keep], add_dst[keep]
+        owners = np.concatenate((owners, add_dst))
+        values = np.concatenate((v_old, add_src))
         order = np.argsort(owners, kind="stable")  # old entries first, then the added ones
-        owners, values = owners[order], values[order]
         counts = np.bincount(np.searchsorted(affected, owners), minlength=affected.size)
-        # merge: the changed lists not touched now, and the affected ones
-        keep = ~_member(affected, self.ch_ids)
-        k_counts, k_vals = _csr_rows(self.ch_ids, self.ch_ptr, self.ch_idx, self.ch_ids[keep])
-        ids = np.concatenate((self.ch_ids[keep], affected))
-        all_counts = np.concatenate((k_counts, counts))
-        all_vals = np.concatenate((k_vals, values))
-        all_owner = np.repeat(np.arange(ids.size), all_counts)
-        by_id = np.argsort(ids, kind="stable")
-        rank = np.empty_like(by_id)
-        rank[by_id] = np.arange(by_id.size)
-        vorder = np.argsort(rank[all_owner], kind="stable")
-        ids = ids[by_id]
-        ptr = np.concatenate(([0], np.cumsum(all_counts[by_id]))).astype(np.int64)
+        ids, ptr, idx = _merge_lists(self.ch_ids, self.ch_ptr, self.ch_idx, affected, counts,
+                                     values[order])  # fmt: skip
         return replace(
             self,
-            version=version,
+            version=items[-1][1],
             features=feats,
-            num_edges=self.num_edges + int(delta.add_src.size) - removed_edges,
-            ch_ids=ids.astype(np.int64),
+            num_edges=self.num_edges + int(add_src.size) - removed_edges,
+            ch_ids=ids,
             ch_ptr=ptr,
-            ch_idx=all_vals[vorder].astype(np.int64),
-            segments=self.segments + ((segment,) if segment else ()),
-            delta_bytes=self.delta_bytes + int(nbytes),
+            ch_idx=idx,
+            segments=self.segments + tuple(it[2] for it in items if it[2]),
+            delta_bytes=self.delta_bytes + int(sum(it[3] for it in items)),
         )
 
     def figures(self) -> dict:
@@ -428,6 +450,56 @@ class GraphState:
             "segments": len(self.segments),
             "delta_bytes": self.delta_bytes,
         }
+
+
+def _joined(deltas: list[Delta]) -> Delta:
+    """One delta with the rows, labels and removals of consecutive ``deltas`` in
+    order (what :meth:`FeatureState.apply` reads; new vertices' ids follow on)."""
+    if len(deltas) == 1:
+        return deltas[0]
+    cat = {
+        name: np.concatenate([getattr(d, name) for d in deltas])
+        for name in ("new_labels", "add_src", "add_dst", "rem_src", "rem_dst", "feat_ids",
+                     "removed")
+    }  # fmt: skip
+    dims = {d.new_features.shape[1] for d in deltas} | {d.feat_rows.shape[1] for d in deltas}
+    dim = max(dims)
+    return Delta(
+        base_nodes=deltas[0].base_nodes,
+        new_features=np.concatenate([d.new_features.reshape(-1, dim) for d in deltas]),
+        feat_rows=np.concatenate([d.feat_rows.reshape(-1, dim) for d in deltas]),
+        **cat,
+    )
+
+
+def _merge_lists(ch_ids, ch_ptr, ch_idx, affected, counts, values):
+    """The changed lists ``(ids, ptr, idx)`` with the lists of ``affected`` (sorted;
+    ``counts`` and ``values`` grouped in that order) put in or replaced: one
+    copy of the entries, no sort of them."""
+    keep = ~_member(affected, ch_ids)
+    kept = ch_ids[keep]
+    ids = np.concatenate((kept, affected))
+    by_id = np.argsort(ids, kind="stable")  # vertices, not entries
+    ids = ids[by_id]
+    sizes = np.concatenate((np.diff(ch_ptr)[keep], counts))[by_id]
+    ptr = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    out = np.empty(int(ptr[-1]), np.int64)
+    where = np.empty(by_id.size, np.int64)
+    where[by_id] = np.arange(by_id.size)  # each list's place among the new ones
+    k_lo, k_n = ch_ptr[:-1][keep], np.diff(ch_ptr)[keep]
+    _copy_runs(out, ptr[where[: kept.size]], ch_idx, k_lo, k_n)
+    a_lo = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+    _copy_runs(out, ptr[where[kept.size :]], values, a_lo, counts)
+    return ids.astype(np.int64), ptr, out
+
+
+def _copy_runs(out, dst_lo, src, src_lo, n) -> None:
+    """``out[dst_lo[i] : dst_lo[i] + n[i]] = src[src_lo[i] : src_lo[i] + n[i]]`` for all ``i``."""
+    total = int(np.sum(n))
+    if total == 0:
+        return
+    step = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
+    out[np.repeat(dst_lo, n) + step] = src[np.repeat(src_lo, n) + step]
 
 
 def _first_duplicate(name: str, ids: np.ndarray) -> None:

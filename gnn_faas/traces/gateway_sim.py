@@ -13,7 +13,8 @@ Events at the same time run pools first, then buffers, then the arrival.
 :meth:`GatewaySim.advance` runs every internal event up to a time; the caller
 merges its inputs in time order (:meth:`GatewaySim.arrive`,
 :meth:`GatewaySim.feed`), so another input stream merges in without touching
-the loop. The pools are :mod:`gnn_faas.traces.sim_pools`'s. Results leave in chunks to a sink (:class:`RunSink`): memory is
+the loop. The pools are :mod:`gnn_faas.traces.sim_pools`'s. Results leave in
+chunks to a sink (:class:`RunSink`): memory is
 bounded by the work in flight. The rules that keep it fast, and the ``cost``
 objective's tandem pass: docs/design/simulator.md.
 """

@@ -1,0 +1,140 @@
+"""The writer of ``gnn-faas bench updates``: an edge stream posted as batches while serving.
+
+:class:`EdgeCycle` turns the later edges of a graph (``bitcoin-otc-time``,
+``higgs-activity``) into an endless sequence of batches: the edges added
+``batch`` at a time, in time order; then (``add-remove``) removed in the same
+batches, then added again, so the graph stays the size of the real one however
+long the stream runs; or (``add``) added again and again (multi-edges).
+:meth:`EdgeCycle.present` says which stream edges (with multiplicity) the graph
+holds after the first ``k`` batches: the reference the final answers are
+checked against.
+
+:func:`post_batches` posts batches to ``POST /v2/graphs/{g}/updates`` (the
+binary tensor extension, or JSON) one after the other: as fast as the gateway
+acknowledges them, or each when due at ``rate`` edges per second; it stops at a
+deadline (after the batch in flight) or at the first refused batch, and keeps
+an :class:`Ack` per batch (monotonic clock).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import requests
+
+from gnn_faas.client import HEADER_LENGTH
+from gnn_faas.errors import InvalidRequest
+
+CYCLES = ("add-remove", "add")
+
+
+@dataclass(frozen=True)
+class Ack:
+    """One batch: when it went out and was acknowledged (``time.monotonic``)."""
+
+    sent: float
+    acked: float
+    status: int
+    version: int  # -1: not committed (status != 200)
+    edges: int
+    kind: str  # add_edges | remove_edges
+    error: str = ""
+
+
+class EdgeCycle:
+    """See the module docstring. ``edges``: ``[m, 2]`` ``(src, dst)`` in stream order."""
+
+    def __init__(self, edges: np.ndarray, batch: int, cycle: str = "add-remove"):
+        if batch < 1:
+            raise InvalidRequest("--batch must be at least 1")
+        if cycle not in CYCLES:
+            raise InvalidRequest(f"unknown cycle {cycle!r}; known: {', '.join(CYCLES)}")
+        if edges.shape[0] == 0:
+            raise InvalidRequest("the update stream holds no edges")
+        self.edges = np.ascontiguousarray(edges, np.int64)
+        self.batch = int(batch)
+        self.cycle = cycle
+        self.per_pass = -(-self.edges.shape[0] // self.batch)
+
+    def _slice(self, j: int) -> np.ndarray:
+        return self.edges[j * self.batch : (j + 1) * self.batch]
+
+    def get(self, k: int) -> tuple[str, np.ndarray]:
+        """Batch ``k`` (from 0): ``(kind, edges)``."""
+        p, j = divmod(k, self.per_pass)
+        if self.cycle == "add-remove" and p % 2 == 1:
+            return "remove_edges", self._slice(j)
+        return "add_edges", self._slice(j)
+
+    def present(self, k: int) -> np.ndarray:
+        """The stream edges the graph holds after batches ``0 .. k-1`` (with multiplicity)."""
+        p, j = divmod(k, self.per_pass)
+        cut = min(j * self.batch, self.edges.shape[0])
+        if self.cycle == "add":
+            return np.concatenate([self.edges] * p + [self.edges[:cut]])
+        if p % 2 == 0:
+            return self.edges[:cut]
+        return self.edges[cut:]
+
+
+def batch_body(kind: str, edges: np.ndarray, binary: bool) -> tuple[bytes, dict[str, str]]:
+    """An update request's body and headers: OIP tensors (binary) or the JSON form."""
+    if not binary:
+        return json.dumps({kind: edges.tolist()}).encode(), {"Content-Type": "application/json"}
+    raw = np.ascontiguousarray(edges, "<i8").tobytes()
+    head = json.dumps({"inputs": [{
+        "name": kind, "datatype": "INT64", "shape": list(edges.shape),
+        "parameters": {"binary_data_size": len(raw)},
+    }]}).encode()  # fmt: skip
+    headers = {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(head))}
+    return head + raw, headers
+
+
+def post_batches(
+    url: str,
+    graph: str,
+    token: str,
+    cycle: EdgeCycle,
+    until: float,
+    rate: float = 0.0,
+    binary: bool = True,
+    max_edges: int = 0,
+    first: int = 0,
+    timeout_s: float = 60.0,
+) -> list[Ack]:
+    """Post ``cycle``'s batches from batch ``first`` until ``until`` (monotonic)
+    passes or ``max_edges`` (> 0) were posted; ``rate`` > 0: the ``k``-th batch
+    posted is due ``k * batch / rate`` seconds after the start."""
+    acks: list[Ack] = []
+    target = f"{url}/v2/graphs/{graph}/updates"
+    auth = {"Authorization": f"Bearer {token}"}
+    start = time.monotonic()
+    with requests.Session() as s:
+        k = posted = 0
+        while time.monotonic() < until and not (max_edges and posted >= max_edges):
+            if rate > 0:
+                wait = start + k * cycle.batch / rate - time.monotonic()
+                if wait > 0:
+                    time.sleep(min(wait, max(0.0, until - time.monotonic())))
+                    if time.monotonic() >= until:
+                        break
+            kind, edges = cycle.get(first + k)
+            body, headers = batch_body(kind, edges, binary)
+            sent = time.monotonic()
+            try:
+                r = s.post(target, data=body, headers={**headers, **auth}, timeout=timeout_s)
+                status, doc = r.status_code, (r.json() if r.content else {})
+            except (requests.RequestException, ValueError) as exc:
+                status, doc = 0, {"error": f"{type(exc).__name__}: {exc}"}
+            acked = time.monotonic()
+            ok = status == 200
+            acks.append(Ack(sent, acked, status, int(doc["version"]) if ok else -1,
+                            int(edges.shape[0]), kind, "" if ok else str(doc.get("error"))[:200]))  # fmt: skip
+            if not ok:  # the stream's reference is uncertain past a refused batch
+                break
+            k += 1
+            posted += int(edges.shape[0])
+    return acks
