@@ -95,8 +95,9 @@ class Stack:
             if probe_ready(self.url):
                 return self
             time.sleep(0.2)
+        tail = self.log_tail()  # before __exit__ removes the log with its directory
         self.__exit__(None, None, None)
-        raise Unavailable(f"gateway not ready in {self.ready_timeout_s} s:\n{self.log_tail()}")
+        raise Unavailable(f"gateway not ready in {self.ready_timeout_s} s:\n{tail}")
 
     def status(self, **params) -> dict:
         return requests.get(f"{self.url}/v1/status", params=params, timeout=30).json()

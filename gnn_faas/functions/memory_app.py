@@ -124,6 +124,11 @@ DEFAULT_PREDICTOR_GRAPH = "bitcoin-otc"  # the bundled predictor transfers: its 
 # (A blob without chunk digests, from an older store, is read whole and checked
 # at start up to WHOLE_VERIFY_BYTES; the degree prior is read whole up to it too.)
 WARM_SYNC_BYTES = 16 << 20
+# the warm-up fills at most this share of the cache's capacity: the rest is the
+# room requests' working sets need first (the cache shrinks for them anyway)
+# and fills with what requests actually read
+WARM_SHARE = 0.5
+WARM_BATCH_BYTES = 4 << 20  # rows per background warm-up read
 
 
 @dataclass(frozen=True)
@@ -470,15 +475,15 @@ class MemoryFunction:
 
     def _warm(self, prior: tuple[np.ndarray, np.ndarray] | None) -> None:
         """A new instance starts with the rows its prior ranks first (FAP's top-k, or
-        the highest out-degrees), as many as the cache holds: up to
-        :data:`WARM_SYNC_BYTES` before it is ready, the rest in the background."""
+        the highest out-degrees), :data:`WARM_SHARE` of what the cache holds: up
+        to :data:`WARM_SYNC_BYTES` before it is ready, the rest in the background."""
         if prior is not None:
             ids = prior[0]
         elif self.cfg.degree_weight > 0 and self.graph.has("degree"):
             ids = self._top_degree()
         else:
             return
-        ids = ids[: self.cache.capacity_rows]
+        ids = ids[: int(self.cache.capacity_rows * WARM_SHARE)]
         if ids.size == 0:
             return
         ids = ids[~self.versions.has_history(ids)]  # rows a version set stay out of the cache
@@ -497,8 +502,9 @@ class MemoryFunction:
             return
         rest = ids[first:]
         if rest.size:
+            batch = max(1, WARM_BATCH_BYTES // per_row)
             self._warm_thread = threading.Thread(
-                target=self._warm_rest, args=(rest, first), daemon=True, name="gnn-faas-warm"
+                target=self._warm_rest, args=(rest, batch), daemon=True, name="gnn-faas-warm"
             )
             self._warm_thread.start()
 

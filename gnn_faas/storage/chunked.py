@@ -43,6 +43,10 @@ from gnn_faas.storage.backends.base import StorageBackend
 from gnn_faas.storage.backends.file import gather_ranges
 
 IO_THREADS = 8
+# unverified chunks read (and held) at once by one read: a read of rows spread
+# over a large blob verifies its chunks in batches of this many bytes, so its
+# transient memory is the rows plus this, not every chunk the rows touch
+VERIFY_BATCH_BYTES = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,39 @@ class ChunkedReads(StorageBackend):
         ends = np.maximum(ends, starts)
         if starts.size == 0:
             return np.empty(0, dtype=np.uint8)
+        return self._batched(path, spec, starts, ends)
+
+    def _batched(
+        self, path: str, spec: ChunkSpec, starts: np.ndarray, ends: np.ndarray
+    ) -> np.ndarray:
+        """The ranges read in batches whose chunks to fetch total at most
+        :data:`VERIFY_BATCH_BYTES` (in blob order; one batch when they fit)."""
+        c = spec.chunk_bytes
+        per_batch = max(1, VERIFY_BATCH_BYTES // c)
+        first = starts // c
+        spans = np.where(ends > starts, (ends - 1) // c - first + 1, 0)
+        if int(spans.sum()) <= per_batch:
+            return self._read_once(path, spec, starts, ends)
+        # in blob order, cut where the chunks spanned so far pass a batch (a chunk
+        # two ranges share is counted twice: batches only get smaller)
+        order = np.argsort(starts, kind="stable")
+        batch = (np.cumsum(spans[order]) - 1) // per_batch
+        cuts = np.flatnonzero(np.diff(batch)) + 1
+        parts = [
+            self._read_once(path, spec, starts[idx], ends[idx])
+            for idx in np.split(order, cuts)  # a loop over batches, not ranges
+        ]
+        in_order = np.concatenate(parts)
+        sizes = ends - starts
+        if np.all(order[1:] > order[:-1]):
+            return in_order
+        at = np.empty(starts.size, dtype=np.int64)
+        at[order] = np.cumsum(sizes[order]) - sizes[order]
+        return gather_ranges(in_order, at, at + sizes)
+
+    def _read_once(
+        self, path: str, spec: ChunkSpec, starts: np.ndarray, ends: np.ndarray
+    ) -> np.ndarray:
         c = spec.chunk_bytes
         live = ends > starts
         first = np.where(live, starts // c, 0)

@@ -7,7 +7,7 @@ import pytest
 
 from gnn_faas.errors import NotFound
 from gnn_faas.functions.feature_cache import CachePolicy, FeatureCache
-from gnn_faas.functions.memory_app import MemoryFunction, MemoryFunctionConfig
+from gnn_faas.functions.memory_app import WARM_SHARE, MemoryFunction, MemoryFunctionConfig
 from gnn_faas.storage.datasets import ensure_dataset
 from gnn_faas.storage.workload_metrics import compute_and_store
 
@@ -55,9 +55,11 @@ def test_memory_function_with_fap_prior(tmp_path):
         MemoryFunction(cfg)
     compute_and_store(graph, [10, 5])
     fn = MemoryFunction(cfg)
-    assert fn.warmed_rows == 100 and fn.stats()["cache_prior"] == "fap"
+    # the warm-up fills its share of the cache with the prior's best rows
+    warm = int(100 * WARM_SHARE)
+    assert fn.warmed_rows == warm and fn.stats()["cache_prior"] == "fap"
     fap = graph.read_blob("fap")
-    top = np.argsort(-fap, kind="stable")[:100]
+    top = np.argsort(-fap, kind="stable")[:warm]
     assert set(fn.cache.resident().tolist()) == set(top.tolist())
     # with PSGS stored for these fanouts, the fetch's peak comes from it
     t = np.array([1, 2, 3])

@@ -102,3 +102,29 @@ def test_full_verify_names_a_bad_chunk(graph_dir):
     blob.write_bytes(bytes(raw))
     with pytest.raises(CorruptBlob, match="features.bin"):
         open_graph(f"file://{path}", "g", verify="full")
+
+
+def test_rows_spread_over_a_blob_are_verified_in_bounded_batches(graph_dir, monkeypatch):
+    """A read whose rows touch every chunk holds at most VERIFY_BATCH_BYTES of
+    chunks at once (a memory function's warm-up under a tight limit), and still
+    answers every row, in the order asked, with every chunk verified."""
+    import gnn_faas.storage.chunked as chunked
+
+    path, feats = graph_dir
+    monkeypatch.setattr(chunked, "VERIFY_BATCH_BYTES", 2 * MIN_CHUNK_BYTES)
+    graph = verified_reads(open_graph(f"file://{path}", "g"))
+    backend = graph.backend
+    batches = []
+    inner = backend._read_chunks
+
+    def spy(p, spec, ids):
+        batches.append(len(ids))
+        return inner(p, spec, ids)
+
+    monkeypatch.setattr(backend, "_read_chunks", spy)
+    rows_per_chunk = MIN_CHUNK_BYTES // (32 * 4)
+    ids = np.random.default_rng(1).permutation(feats.shape[0])[:300]  # every chunk, unsorted
+    got = KHopFetcher(graph).read_features(ids)
+    np.testing.assert_array_equal(got, feats[ids])
+    assert backend.verified_chunks(graph.path("features")) == -(-feats.shape[0] // rows_per_chunk)
+    assert max(batches) <= 2 and len(batches) >= 4
