@@ -277,7 +277,10 @@ def test_precomputed_embeddings_are_never_stale_after_updates(tmp_path):
         )  # fmt: skip
         assert done.returncode == 0
         for _ in range(100):
-            if requests.get(f"{stack.url}/v2/graphs/bitcoin-otc", timeout=10).json()["version"] == 2:
+            if (
+                requests.get(f"{stack.url}/v2/graphs/bitcoin-otc", timeout=10).json()["version"]
+                == 2
+            ):
                 break
             time.sleep(0.1)
         r = infer(stack.url, "srpe", downstream)  # on the compacted base: the marks
@@ -299,7 +302,9 @@ def test_the_gateway_compacts_when_the_log_passes_its_share(tmp_path):
     ref = EdgeList(graph)
     hot = [int(v) for v in graph.read_blob("request_order")[:4]]
     with Stack(config, ready_timeout_s=180) as stack:
-        assert update(stack.url, "bitcoin-otc", {"add_edges": [[hot[0], hot[1]]]}).status_code == 200
+        assert (
+            update(stack.url, "bitcoin-otc", {"add_edges": [[hot[0], hot[1]]]}).status_code == 200
+        )
         ref.add_edges([[hot[0], hot[1]]])
         for _ in range(300):  # the background compaction publishes a version on a new base
             info = requests.get(f"{stack.url}/v2/graphs/bitcoin-otc", timeout=10).json()

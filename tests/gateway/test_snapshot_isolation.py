@@ -101,9 +101,7 @@ def test_a_request_answers_on_the_version_it_arrived_on(plane, monkeypatch):
     want1 = pyg_outputs(ckpt, src, dst, x)[targets]
     x2 = x.copy()
     x2[changed_rows] = new_rows
-    want2 = pyg_outputs(
-        ckpt, np.append(src, reads[-1]), np.append(dst, targets[0]), x2
-    )[targets]
+    want2 = pyg_outputs(ckpt, np.append(src, reads[-1]), np.append(dst, targets[0]), x2)[targets]
     np.testing.assert_allclose(got1, want1, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got2, want2, rtol=1e-4, atol=1e-5)
     assert not np.allclose(want1, want2)  # the batch did change these answers
