@@ -124,11 +124,21 @@ DEFAULT_PREDICTOR_GRAPH = "bitcoin-otc"  # the bundled predictor transfers: its 
 # (A blob without chunk digests, from an older store, is read whole and checked
 # at start up to WHOLE_VERIFY_BYTES; the degree prior is read whole up to it too.)
 WARM_SYNC_BYTES = 16 << 20
-# the warm-up fills at most this share of the cache's capacity: the rest is the
-# room requests' working sets need first (the cache shrinks for them anyway)
-# and fills with what requests actually read
+# a cache that cannot hold every row warms at most this share of its capacity:
+# the rest is the room requests' working sets need first (the cache shrinks for
+# them anyway) and fills with what requests actually read. One that holds the
+# whole graph warms it all: a row left out costs its first request a store read
+# (on S3, a chunk's round trip), and early slow requests launch instances
 WARM_SHARE = 0.5
 WARM_BATCH_BYTES = 4 << 20  # rows per background warm-up read
+
+
+def warm_rows(capacity_rows: int, num_nodes: int) -> int:
+    """Rows a new instance warms: all ``num_nodes`` when the cache holds them,
+    else ``WARM_SHARE`` of its capacity."""
+    if capacity_rows >= num_nodes:
+        return int(num_nodes)
+    return int(capacity_rows * WARM_SHARE)
 
 
 @dataclass(frozen=True)
@@ -475,15 +485,16 @@ class MemoryFunction:
 
     def _warm(self, prior: tuple[np.ndarray, np.ndarray] | None) -> None:
         """A new instance starts with the rows its prior ranks first (FAP's top-k, or
-        the highest out-degrees), :data:`WARM_SHARE` of what the cache holds: up
-        to :data:`WARM_SYNC_BYTES` before it is ready, the rest in the background."""
+        the highest out-degrees): every row when the cache holds the whole graph,
+        else :data:`WARM_SHARE` of what it holds; up to :data:`WARM_SYNC_BYTES`
+        before it is ready, the rest in the background."""
         if prior is not None:
             ids = prior[0]
         elif self.cfg.degree_weight > 0 and self.graph.has("degree"):
             ids = self._top_degree()
         else:
             return
-        ids = ids[: int(self.cache.capacity_rows * WARM_SHARE)]
+        ids = ids[: warm_rows(self.cache.capacity_rows, self.graph.num_nodes)]
         if ids.size == 0:
             return
         ids = ids[~self.versions.has_history(ids)]  # rows a version set stay out of the cache

@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 
 from gnn_faas.functions.aggregate import aggregate, combine_partials, slice_rows
-from gnn_faas.functions.memory_app import WARM_SHARE, MemoryFunctionConfig, create_memory_app
+from gnn_faas.functions.memory_app import (
+    WARM_SHARE,
+    MemoryFunctionConfig,
+    create_memory_app,
+    warm_rows,
+)
 from gnn_faas.storage.computation_graph import cg_from_tensors
 from gnn_faas.storage.datasets import ensure_dataset
 from gnn_faas.storage.fetcher import KHopFetcher
@@ -297,12 +302,22 @@ def test_a_tight_memory_limit_bounds_the_cache(store, fetcher, features):
     assert cache["evictions"] > 0
 
 
+def test_warm_rows_leave_room_only_when_the_graph_does_not_fit():
+    # a cache that holds the whole graph warms all of it
+    assert warm_rows(10_000, 5_881) == 5_881
+    assert warm_rows(5_881, 5_881) == 5_881
+    # one that cannot leaves (1 - WARM_SHARE) of itself to the requests' working sets
+    assert warm_rows(5_880, 5_881) == int(5_880 * WARM_SHARE) < 5_880
+    assert warm_rows(100, 120_000) == int(100 * WARM_SHARE)
+    assert warm_rows(0, 10) == 0
+
+
 def test_warm_start_holds_the_top_degree_rows(client, fetcher):
-    """A new instance starts with the rows of the highest out-degrees (its share
-    of what the cache holds: all of Bitcoin OTC here), read before it is ready."""
+    """A new instance starts with the rows of the highest out-degrees, read
+    before it is ready: every row, since its cache holds all of Bitcoin OTC."""
     stats = client.get("/v1/stats").get_json()
-    share = int(stats["cache"]["capacity_rows"] * WARM_SHARE)
-    assert stats["warmed_rows"] == min(fetcher.graph.num_nodes, share)
+    assert stats["cache"]["capacity_rows"] >= fetcher.graph.num_nodes
+    assert stats["warmed_rows"] == fetcher.graph.num_nodes
     assert stats["cache"]["rows"] >= stats["warmed_rows"] > 0
     # every chunk of the feature blob was read (and verified) to warm it
     info = fetcher.graph.info("features")
