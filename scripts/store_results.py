@@ -4,9 +4,12 @@
     python scripts/store_results.py overload DIR     # DIR/overload-{file,s3,redis}.json
     python scripts/store_results.py rtt DIR FILE_DIR # DIR/e2e-s3*.json against the file run
     python scripts/store_results.py outage DIR       # DIR/outage-{s3,redis}.json
+    python scripts/store_results.py updates DIR...   # DIR/updates-{file,s3,redis}.json
+    python scripts/store_results.py update-faults DIR  # DIR/update-faults-{file,s3,redis}.json
 
-Each writes docs/results/store-KIND.json (title, command, conditions, columns,
-rows), which scripts/gen_docs.py renders into docs/benchmarks.md.
+Each writes docs/results/store-KIND.json (updates: graph-updates.json, update-faults:
+graph-update-faults.json; title, command, conditions, columns, rows), which
+scripts/gen_docs.py renders into docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -152,10 +155,106 @@ def outage(d: Path) -> None:
     })  # fmt: skip
 
 
+def updates(*dirs: Path) -> None:
+    """Rows per store, then per run: DIR/updates-STORE.json (any stores) in each of ``dirs``."""
+    runs = [_load(d / f"updates-{store}.json") for store in STORES for d in dirs
+            if (d / f"updates-{store}.json").is_file()]  # fmt: skip
+    rows = []
+    for run in runs:
+        store = run["store_kind"]
+        pyg = run["pyg"]
+        diff = max(max(c["max_abs_diff"]) for c in pyg.values())
+        wrong = sum(c["wrong_answers"] for c in pyg.values())
+        segments = run["compaction"].get("result", {}).get("segments_folded")
+        rows.append([
+            store, round(run["update_rate"]) if run["update_rate"] else "as acknowledged",
+            round(run["updates_per_s"]), round(run["ack_p50_ms"], 1),
+            round(run["ack_p99_ms"], 1), round(run["freshness_p99_s_writer_gateway"], 2),
+            round(run["freshness_p99_s_second_gateway"], 2),
+            round(run["infer_p99_ms_without_updates"], 1),
+            round(run["infer_p99_ms_with_updates"], 1), round(run["infer_p99_ratio"], 2),
+            float(f"{diff:.1e}"), wrong, round(run["compaction_s"], 2), segments,
+            round(run["compaction_peak_mib"]), run["failed_requests"]
+            + (run["failed_requests_during_compaction"] or 0),
+        ])  # fmt: skip
+    first = runs[0]
+    _write("graph-updates", {
+        "title": "Bitcoin OTC changing while served: its later edges streamed as updates",
+        "command": first["command"].replace(first["store"], "URI")
+        + "  (python scripts/bench_stores.py --out DIR updates -- ...)",
+        "conditions": f"GCN; the graph as of a cut-off, then its {first['stream_edges']:,} later "
+        f"edges added and removed in turn in batches of {first['batch']:,}, each as soon as the "
+        "last was acknowledged or at the offered rate (--update-rate), "
+        f"{first['rps']:g} req/s to the writer's gateway and "
+        f"{first['reader_rps']:g} to a second gateway on the same store, freshness_s "
+        f"{first['freshness_s']:g}; {first['rounds']} windows of {first['window_s']:g} s without "
+        "and with the stream in turn (inference p99 on the writer's gateway over them); then "
+        "gnn-faas graph compact under load; PyG on the final graph for sampled targets on both gateways; one run per "
+        "store on a quiet 2-core machine; S3 is moto, Redis redis-server, both on loopback",
+        "columns": [
+            {"name": "store", "group": True}, {"name": "offered edges/s", "align": "right"},
+            {"name": "edge updates/s", "align": "right"},
+            {"name": "ack p50 ms", "align": "right"}, {"name": "ack p99 ms", "align": "right"},
+            {"name": "freshness p99 s (writer)", "align": "right"},
+            {"name": "freshness p99 s (second gateway)", "align": "right"},
+            {"name": "p99 ms without", "align": "right"}, {"name": "p99 ms with", "align": "right"},
+            {"name": "p99 ratio", "align": "right"}, {"name": "max abs diff to PyG", "align": "right"},
+            {"name": "wrong answers", "align": "right"}, {"name": "compaction s", "align": "right"},
+            {"name": "segments folded", "align": "right"}, {"name": "compaction peak MiB", "align": "right"},
+            {"name": "failed requests", "align": "right"},
+        ],
+        "rows": rows,
+    })  # fmt: skip
+
+
+def update_faults(d: Path) -> None:
+    rows = []
+    for store in STORES:
+        path = d / f"update-faults-{store}.json"
+        if not path.is_file():
+            continue
+        run = _load(path)
+        w, c, cw = run["writer"], run["compaction"], run["concurrent_writers"]
+        hits = lambda h: ", ".join(f"{k} {v}" for k, v in sorted(h.items()))  # noqa: E731
+        rows.append([
+            store, w["kills"], hits(w["hits"]), c["kills"], hits(c["hits"]),
+            len(run["violations"]), c["verify_failures"], c["leftover_bases"],
+            run["served"]["wrong_answers"], float(f"{max(run['served']['max_abs_diff']):.1e}"),
+            cw["batches"], cw["acknowledged"], "yes" if cw["none_lost"] else "no",
+            round(cw["commits_per_s"]),
+        ])  # fmt: skip
+    _write("graph-update-faults", {
+        "title": "Writers and compactions killed mid-flight, and two writers racing",
+        "command": "gnn-faas bench update-faults --store URI  "
+        "(python scripts/bench_stores.py --out DIR update-faults --)",
+        "conditions": "Bitcoin OTC as of a cut-off; each writer (gnn-faas graph update) and "
+        "each compaction SIGKILLed at a random moment or right after a write step, what the "
+        "kill hit as the store shows it after; after each kill a fresh reader must hold "
+        "exactly the base plus the committed batches (acknowledged ones always, a killed one "
+        "all or nothing) and gnn-faas datasets verify must pass (violations: either failed); "
+        "then a gateway's answers against PyG; then two processes committing one-edge batches "
+        "at once; quiet 2-core machine, S3 is moto and Redis redis-server on loopback",
+        "columns": [
+            {"name": "store"}, {"name": "writer kills", "align": "right"},
+            {"name": "the writers' kills hit"}, {"name": "compaction kills", "align": "right"},
+            {"name": "the compactions' kills hit"}, {"name": "violations", "align": "right"},
+            {"name": "verify failures", "align": "right"},
+            {"name": "leftover bases", "align": "right"},
+            {"name": "wrong answers", "align": "right"},
+            {"name": "max abs diff to PyG", "align": "right"},
+            {"name": "racing batches", "align": "right"},
+            {"name": "acknowledged", "align": "right"}, {"name": "none lost"},
+            {"name": "commits/s", "align": "right"},
+        ],
+        "rows": rows,
+    })  # fmt: skip
+
+
 def main() -> int:
     kind, *dirs = sys.argv[1:]
     kinds = {"e2e": e2e, "low": lambda d: e2e(d, "store-low-rate"), "overload": overload,
-             "rtt": rtt, "outage": outage}  # fmt: skip
+             "rtt": rtt, "outage": outage, "updates": updates,
+             "update-faults": update_faults}  # fmt: skip
     kinds[kind](*map(Path, dirs))
     return 0
 
