@@ -43,7 +43,12 @@ def measure(name: str, tree: Path, args: list[str], d: Path) -> dict:
         print(f"+ ({tree}) gnn-faas {' '.join(args + TAIL)}", file=sys.stderr, flush=True)
         cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "gnn_faas", *args, *TAIL]
         with out.open("w") as o, err.open("w") as e:
-            subprocess.run(cmd, cwd=tree, stdout=o, stderr=e, check=True)
+            done = subprocess.run(cmd, cwd=tree, stdout=o, stderr=e)
+        if done.returncode != 0:  # not kept: a later run measures it anew
+            tail = err.read_text()[-2000:]
+            out.unlink()
+            err.unlink()
+            raise SystemExit(f"{name} failed (exit {done.returncode}):\n{tail}")
     text = err.read_text()
     h, m, s = re.search(r"Elapsed \(wall clock\) time.*: (?:(\d+):)?(\d+):([\d.]+)", text).groups()
     wall = int(h or 0) * 3600 + int(m) * 60 + float(s)
@@ -75,6 +80,9 @@ def main() -> int:
     p.add_argument("--only", default=",".join(COMMANDS), help="which commands (comma-separated)")
     p.add_argument("--write", action="store_true", help="write docs/results/simulator-speed.json")
     args = p.parse_args()
+    unknown = sorted(set(args.only.split(",")) - set(COMMANDS))
+    if unknown:
+        p.error(f"unknown command(s) {', '.join(unknown)}; choose from {', '.join(COMMANDS)}")
     d = Path(args.dir).resolve()
     d.mkdir(parents=True, exist_ok=True)
     base_tree = d / "base"
