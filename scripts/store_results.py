@@ -207,6 +207,11 @@ def updates(*dirs: Path) -> None:
     })  # fmt: skip
 
 
+def _counts(hits: dict[str, int]) -> str:
+    """``{"published": 3, "before ...": 7}`` -> ``"before ... 7, published 3"``."""
+    return ", ".join(f"{k} {v}" for k, v in sorted(hits.items()))
+
+
 def update_faults(d: Path) -> None:
     rows = []
     for store in STORES:
@@ -215,9 +220,8 @@ def update_faults(d: Path) -> None:
             continue
         run = _load(path)
         w, c, cw = run["writer"], run["compaction"], run["concurrent_writers"]
-        hits = lambda h: ", ".join(f"{k} {v}" for k, v in sorted(h.items()))  # noqa: E731
         rows.append([
-            store, w["kills"], hits(w["hits"]), c["kills"], hits(c["hits"]),
+            store, w["kills"], _counts(w["hits"]), c["kills"], _counts(c["hits"]),
             len(run["violations"]), c["verify_failures"], c["leftover_bases"],
             run["served"]["wrong_answers"], float(f"{max(run['served']['max_abs_diff']):.1e}"),
             cw["batches"], cw["acknowledged"], "yes" if cw["none_lost"] else "no",

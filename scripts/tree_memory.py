@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def tree(root: int) -> list[int]:
@@ -45,26 +46,33 @@ def memory_kb(pid: int) -> tuple[int, int]:
     return vals.get("Rss", 0), vals.get("Pss", 0)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--every", type=float, default=1.0)
-    p.add_argument("command", nargs=argparse.REMAINDER)
-    args = p.parse_args()
-    cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
+def peak_of(cmd: list[str], every: float = 1.0, **popen: Any) -> dict:
+    """Run ``cmd`` (``popen``: Popen's keywords) to its end, sampling its process
+    tree every ``every`` seconds: wall seconds, exit status, peak RSS and PSS of
+    the tree (MiB) and the most processes seen at once."""
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd)
+    proc = subprocess.Popen(cmd, **popen)
     peak_rss = peak_pss = peak_procs = 0
     while proc.poll() is None:
         pids = tree(proc.pid)
         rss, pss = map(sum, zip(*(memory_kb(pid) for pid in pids), strict=True))
         peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
         peak_procs = max(peak_procs, len(pids))
-        time.sleep(args.every)
-    report = {"wall_s": round(time.monotonic() - t0, 1), "exit": proc.returncode,
-              "peak_tree_rss_mib": round(peak_rss / 1024, 1),
-              "peak_tree_pss_mib": round(peak_pss / 1024, 1), "processes": peak_procs}  # fmt: skip
+        time.sleep(every)
+    return {"wall_s": round(time.monotonic() - t0, 1), "exit": proc.returncode,
+            "peak_tree_rss_mib": round(peak_rss / 1024, 1),
+            "peak_tree_pss_mib": round(peak_pss / 1024, 1), "processes": peak_procs}  # fmt: skip
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--every", type=float, default=1.0)
+    p.add_argument("command", nargs=argparse.REMAINDER)
+    args = p.parse_args()
+    cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
+    report = peak_of(cmd, args.every)
     print(json.dumps(report), file=sys.stderr)
-    return proc.returncode
+    return report["exit"]
 
 
 if __name__ == "__main__":
