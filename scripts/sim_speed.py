@@ -5,12 +5,12 @@
 
 Runs each command below with the base's package (a detached worktree of ``--base``
 under ``--dir``) and with this checkout's, one after the other, never two at once,
-each under ``/usr/bin/time -v`` with this venv's Python (``python -m gnn_faas`` in a
-tree imports that tree's package). A run whose ``NAME.json`` and ``NAME.err`` exist in
-``--dir`` is not run again (delete them to measure anew). Prints, per command, both
-wall times, the speed-up, both peak RSS figures (the largest process of the run's
-tree, as GNU time reports it) and whether the outputs are equal once their wall-clock
-fields are set aside. ``--write`` also writes docs/results/simulator-speed.json, which
+with this venv's Python (``python -m gnn_faas`` in a tree imports that tree's package),
+its process tree sampled by ``scripts/tree_memory.py``. A run whose ``NAME.json`` and
+``NAME.measure.json`` exist in ``--dir`` is not run again (delete them to measure
+anew). Prints, per command, both wall times, the speed-up, both peaks of the process
+tree's RSS (the policies run in forked processes) and whether the outputs are equal
+once their wall-clock fields are set aside. ``--write`` also writes docs/results/simulator-speed.json, which
 ``make docs-gen`` renders into docs/design/simulator.md.
 """
 
@@ -18,10 +18,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+from tree_memory import peak_of  # scripts/ is on sys.path: it holds this script
+
+from gnn_faas.paths import shared_datasets_dir
 
 REPO = Path(__file__).resolve().parents[1]
 DAY = ["simulate", "twitter", "--day", "--graph", "bitcoin-otc", "--policies", "all"]
@@ -35,25 +40,24 @@ COMMANDS = {  # name -> (arguments, also run on the base)
     "week": ([*DAY[:2], "--days", "7", *DAY[3:]], False),
 }
 TAIL = ["--json", "--no-progress"]
+SAMPLE_S = 0.2  # how often the process tree's memory is read
+# both trees read this checkout's datasets (the base worktree has no ../shared beside it)
+ENV = {**os.environ, "GNN_FAAS_DATASETS": str(shared_datasets_dir())}
 
 
 def measure(name: str, tree: Path, args: list[str], d: Path) -> dict:
-    out, err = d / f"{name}.json", d / f"{name}.err"
-    if not (out.is_file() and err.is_file()):
+    out, meas = d / f"{name}.json", d / f"{name}.measure.json"
+    if not (out.is_file() and meas.is_file()):
         print(f"+ ({tree}) gnn-faas {' '.join(args + TAIL)}", file=sys.stderr, flush=True)
-        cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "gnn_faas", *args, *TAIL]
-        with out.open("w") as o, err.open("w") as e:
-            done = subprocess.run(cmd, cwd=tree, stdout=o, stderr=e)
-        if done.returncode != 0:  # not kept: a later run measures it anew
-            tail = err.read_text()[-2000:]
+        cmd = [sys.executable, "-m", "gnn_faas", *args, *TAIL]
+        with out.open("w") as o:
+            report = peak_of(cmd, SAMPLE_S, cwd=tree, stdout=o, env=ENV)
+        if report["exit"] != 0:  # not kept: a later run measures it anew
             out.unlink()
-            err.unlink()
-            raise SystemExit(f"{name} failed (exit {done.returncode}):\n{tail}")
-    text = err.read_text()
-    h, m, s = re.search(r"Elapsed \(wall clock\) time.*: (?:(\d+):)?(\d+):([\d.]+)", text).groups()
-    wall = int(h or 0) * 3600 + int(m) * 60 + float(s)
-    rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", text).group(1))
-    return {"wall_s": wall, "peak_mib": rss_kb / 1024, "output": out.read_text()}
+            raise SystemExit(f"{name} failed (exit {report['exit']})")
+        meas.write_text(json.dumps(report))
+    report = json.loads(meas.read_text())
+    return {**report, "output": out.read_text()}
 
 
 def comparable(output: str) -> object:
@@ -102,7 +106,7 @@ def main() -> int:
         row = ["gnn-faas " + " ".join(cmd + TAIL),
                round(old["wall_s"], 1) if old else None, round(new["wall_s"], 1),
                round(old["wall_s"] / new["wall_s"], 2) if old else None,
-               round(old["peak_mib"]) if old else None, round(new["peak_mib"]), same]  # fmt: skip
+               round(old["peak_tree_rss_mib"]) if old else None, round(new["peak_tree_rss_mib"]), same]  # fmt: skip
         rows.append(row)
         print(json.dumps(dict(zip(["command", "base_s", "new_s", "speedup", "base_peak_mib",
                                    "new_peak_mib", "same_output"], row, strict=True))))  # fmt: skip
@@ -111,13 +115,14 @@ def main() -> int:
             "title": "gnn-faas simulate before and after the speed work, one machine",
             "command": f"python scripts/sim_speed.py --base {args.base} --dir DIR",
             "conditions": f"base {args.base}, new {head}; one run each, one after the other, on a "
-            "quiet 2-core machine; peak: the largest process's maximum RSS (GNU time); same "
-            "output: equal once wall-clock seconds are set aside",
+            "quiet 2-core machine; peak: the RSS of the run's whole process tree, sampled every "
+            f"{SAMPLE_S:g} s (scripts/tree_memory.py); same output: equal once wall-clock "
+            "seconds are set aside",
             "columns": [
                 {"name": "command"}, {"name": "base s", "align": "right"},
                 {"name": "new s", "align": "right"}, {"name": "speed-up", "align": "right"},
-                {"name": "base peak MiB", "align": "right"},
-                {"name": "new peak MiB", "align": "right"}, {"name": "same output"},
+                {"name": "base peak tree MiB", "align": "right"},
+                {"name": "new peak tree MiB", "align": "right"}, {"name": "same output"},
             ],
             "rows": rows,
         }  # fmt: skip
