@@ -177,8 +177,8 @@ def install(app: Flask, max_content_length: int = DEFAULT_MAX_BYTES) -> Flask:
             g.gnn_faas_deadline = deadline.scope(granted)
             g.gnn_faas_deadline.__enter__()
         version = graph_version.from_header(request.headers.get(graph_version.HEADER))
-        if version is not None:  # the caller's graph version: this call answers on it
-            g.gnn_faas_version = graph_version.scope(version)
+        if version[0] is not None:  # the caller's graph version: this call answers on it
+            g.gnn_faas_version = graph_version.scope(*version)
             g.gnn_faas_version.__enter__()
 
     @app.after_request
@@ -420,7 +420,7 @@ class FrameDispatcher:
             # the caller's deadline bounds this call's store reads (gnn_faas/deadline.py)
             granted = deadline.from_header(headers.get(deadline.HEADER.lower()))
             version = graph_version.from_header(headers.get(graph_version.HEADER.lower()))
-            with request_id.bound(ctx), deadline.scope(granted), graph_version.scope(version):
+            with request_id.bound(ctx), deadline.scope(granted), graph_version.scope(*version):
                 status, out_headers, out = self._answer(path, body, length, headers)
         finally:
             _times.reset(token)

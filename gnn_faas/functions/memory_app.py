@@ -558,8 +558,8 @@ class MemoryFunction:
         set from the log, rows it never changed through the cache, read from the
         base of that version (graph_version.get(); None: the newest known)."""
         version = graph_version.get()
-        if version is not None:
-            self.versions.ensure(version)
+        if version is not None:  # the segments up to its rows version (graph_version.rows)
+            self.versions.ensure(graph_version.rows())
         if self.versions.keys.size == 0:
             return self.cache.get_rows(ids, self._load_rows)
         set_mask, set_rows = self.versions.split(ids, version)
@@ -578,7 +578,7 @@ class MemoryFunction:
         """Vertices of the graph at the call's version (ids beyond are a request's new ones)."""
         version = graph_version.get()
         if version is not None:
-            self.versions.ensure(version)
+            self.versions.ensure(graph_version.rows())
         return self.versions.nodes_at(version)
 
     def _load_rows(self, ids: np.ndarray) -> np.ndarray:

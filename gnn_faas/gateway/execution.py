@@ -183,7 +183,9 @@ class Executions:
             groups.setdefault(p.version, []).append(p)
         queued = 0.0
         for version, group in sorted(groups.items()):
-            with graph_version.scope(version if group[0].state is not None else None):
+            state = group[0].state
+            at = (None,) if state is None else (version, state.rows_version)
+            with graph_version.scope(*at):
                 queued += self._execute_version(group, info, closed_at)
         return queued
 
@@ -224,8 +226,8 @@ class Executions:
 
     def _run_one(self, p: InferenceJob, info: dict, closed_at: float) -> None:
         try:
-            version = None if p.state is None else p.state.version
-            with self.metrics.stage(self.name, "execute"), graph_version.scope(version):
+            at = (None,) if p.state is None else (p.state.version, p.state.rows_version)
+            with self.metrics.stage(self.name, "execute"), graph_version.scope(*at):
                 h, stats = self.orchestrator.run(
                     p.cg,
                     overlay=p.overlay,

@@ -191,6 +191,12 @@ class Delta:
     def new_ids(self) -> np.ndarray:
         return np.arange(self.base_nodes, self.base_nodes + self.num_new, dtype=np.int64)
 
+    @property
+    def sets_rows(self) -> bool:
+        """Whether it adds vertices or sets rows: what a memory function must read
+        of it (storage/graph_state.py ``rows_version``)."""
+        return self.num_new > 0 or self.feat_ids.size > 0
+
     def rows_changed(self) -> np.ndarray:
         """Vertices whose feature row this delta sets (new and replaced), sorted."""
         return np.union1d(self.new_ids, self.feat_ids)

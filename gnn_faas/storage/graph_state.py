@@ -148,6 +148,13 @@ class GraphState:
     segments: tuple[str, ...] = ()
     delta_bytes: int = 0
     created: float = 0.0
+    rows_version: int = -1  # the newest version <= version that added vertices, set
+    # rows or moved the base; from it to ``version`` only edges changed, so a memory
+    # function that knows it answers for ``version`` too (gnn_faas/graph_version.py)
+
+    def __post_init__(self) -> None:
+        if self.rows_version < 0:
+            object.__setattr__(self, "rows_version", self.base_version)
 
     @classmethod
     def of_base(cls, graph: GraphHandle, base_lists, version: int = 0, **kw) -> GraphState:
@@ -363,10 +370,10 @@ class GraphState:
     def _check_present(self, src: np.ndarray, dst: np.ndarray) -> None:
         """Every edge to remove exists (:class:`InvalidRequest` naming the first that does not)."""
         c, nb = self.in_lists(dst)
-        m = np.int64(self.num_nodes + 1)
-        have = np.unique(np.repeat(dst, c) * m + nb)
-        keys = dst * m + src
-        missing = ~_member(have, keys)
+        # edge i is present when src[i] is in dst[i]'s list: one pass over the lists
+        # (no sort or hash of them; this runs on every commit that removes edges)
+        row = np.repeat(np.arange(dst.size), c)
+        missing = np.bincount(row[nb == src[row]], minlength=dst.size) == 0
         if missing.any():
             i = int(np.argmax(missing))
             raise InvalidRequest(f"remove_edges row {i}: no edge ({int(src[i])}, {int(dst[i])})")
@@ -426,9 +433,11 @@ class GraphState:
         counts = np.bincount(np.searchsorted(affected, owners), minlength=affected.size)
         ids, ptr, idx = _merge_lists(self.ch_ids, self.ch_ptr, self.ch_idx, affected, counts,
                                      values[order])  # fmt: skip
+        rows_at = [it[1] for it in items if it[0].sets_rows]
         return replace(
             self,
             version=items[-1][1],
+            rows_version=rows_at[-1] if rows_at else self.rows_version,
             features=feats,
             num_edges=self.num_edges + int(add_src.size) - removed_edges,
             ch_ids=ids,
@@ -442,6 +451,7 @@ class GraphState:
         return {
             "version": self.version,
             "base_version": self.base_version,
+            "rows_version": self.rows_version,
             "num_nodes": self.num_nodes,
             "num_edges": self.num_edges,
             "removed_vertices": int(self.features.removed.size),

@@ -110,3 +110,51 @@ def test_a_request_answers_on_the_version_it_arrived_on(plane, monkeypatch):
              for i in rt.memory_pool.instances()]  # fmt: skip
     assert sum(s["cache"]["invalidations"] for s in stats) == changed_rows.size
     assert all(s["graph_versions"]["known_version"] == v1 + 1 for s in stats)
+
+
+def memory_stats(rt) -> list[dict]:
+    return [requests.get(f"{i.url}/v1/stats", timeout=10).json()["graph_versions"]
+            for i in rt.memory_pool.instances()]  # fmt: skip
+
+
+def current_graph(state, graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(src, dst, x)`` of the graph at ``state``, as the gateway's state holds it."""
+    n = state.num_nodes
+    counts, nbrs = state.in_lists(np.arange(n))
+    x = np.array(graph.read_blob("features"), np.float32)
+    x[state.features.feat_ids] = state.features.feat_rows
+    return nbrs, np.repeat(np.arange(n), counts), x
+
+
+def test_a_version_that_changes_only_edges_costs_memory_functions_no_read(plane):
+    """Its rows are its rows version's (graph_version.rows): the memory function
+    answers it exactly without reading its segment; a version that sets a row is
+    read again."""
+    dp, graph, ckpt = plane
+    rt = dp.models["m"]
+    targets = [int(t) for t in graph.read_blob("request_order")[4:8]]
+    rt.infer(vertex_request(targets))  # the memory function knows the newest rows
+    before = memory_stats(rt)
+    rows_version = rt.versions.state.rows_version
+    far = [int(v) for v in graph.read_blob("request_order")[-len(targets) :]]
+    batch = {"add_edges": [[u, t] for u, t in zip(far, targets)]}
+    rec = dp.updates.update("bitcoin-otc", json.dumps(batch).encode(), "Bearer t")
+    got, version = answer(rt.infer(vertex_request(targets)))
+    state = rt.versions.state
+    assert version == rec["version"] == state.version > rows_version == state.rows_version
+    after = memory_stats(rt)
+    assert [s["known_version"] for s in after] == [s["known_version"] for s in before]
+    assert [s["segments_read"] for s in after] == [s["segments_read"] for s in before]
+    src, dst, x = current_graph(state, graph)
+    want = pyg_outputs(ckpt, src, dst, x)[targets]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    # the new edges did change these answers: they were served on the new structure
+    m = state.num_nodes + 1
+    keep = ~np.isin(dst * m + src, np.array(targets) * m + np.array(far))
+    assert keep.sum() == src.size - len(far)
+    assert not np.allclose(pyg_outputs(ckpt, src[keep], dst[keep], x)[targets], want)
+    # a row set: the next call reads that version
+    row = {"set_features": {"ids": [far[0]], "features": [[2.0] * x.shape[1]]}}
+    rec2 = dp.updates.update("bitcoin-otc", json.dumps(row).encode(), "Bearer t")
+    rt.infer(vertex_request(targets))
+    assert all(s["known_version"] == rec2["version"] for s in memory_stats(rt))

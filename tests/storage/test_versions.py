@@ -168,6 +168,29 @@ def test_every_version_reads_as_the_reference(store_uri, symmetrized):
     check_equal(again, ref)
 
 
+def test_the_rows_version_is_the_newest_that_set_rows_or_added_vertices(tmp_path):
+    """What memory functions must read (graph_version.rows): every version that
+    added vertices or set rows; one that changed only edges leaves it alone, for
+    the writer's state and for a reader that folds the log."""
+    uri = f"file://{tmp_path}"
+    make_graph(uri, symmetrized=True)
+    gv = versions_of(uri)
+    assert gv.state.rows_version == gv.state.base_version == 0
+    edges_only = UpdateBatch.from_arrays({"add_edges": [[0, 1]]})
+    row = {"feature_ids": [2], "features": np.ones((1, DIM), np.float32)}
+    vertex = {"new_features": np.ones((1, DIM), np.float32), "add_edges": [[0, 40]]}
+    want = []
+    for arrays in ({"add_edges": [[0, 1]]}, row, {"remove_edges": [[0, 1]]}, vertex, {}):
+        batch = UpdateBatch.from_arrays(arrays) if arrays else edges_only
+        rec, delta = gv.commit(batch)
+        sets = bool(arrays) and ("feature_ids" in arrays or "new_features" in arrays)
+        assert delta.sets_rows == sets
+        want.append(rec.version if sets else (want[-1] if want else 0))
+        assert gv.state.rows_version == want[-1], (arrays, gv.state.figures())
+    assert want == [0, 2, 2, 4, 4]
+    assert versions_of(uri).state.rows_version == 4  # a reader's fold agrees
+
+
 def test_bad_batches_name_the_row_and_change_nothing(tmp_path):
     uri = f"file://{tmp_path}"
     src, dst, _ = make_graph(uri, symmetrized=False)
@@ -188,6 +211,7 @@ def test_bad_batches_name_the_row_and_change_nothing(tmp_path):
         },  # fmt: skip
         "new_ids row 0: vertex 3 already exists": {"new_features": z, "new_ids": [3]},
         "remove_edges row 0: no edge": {"remove_edges": [absent]},
+        "remove_edges row 1: no edge": {"remove_edges": [[int(src[0]), int(dst[0])], absent]},
         "is removed by this batch": {"add_edges": [[1, 2]], "remove_vertices": [2]},
     }
     for message, arrays in cases.items():
