@@ -132,6 +132,8 @@ def sent_summary(sents: list[Sent]) -> dict:
         for s in sents for i, st in enumerate(s.status) if st != 200
     )  # fmt: skip
     return {
+        "tail_breakdown_ms": tail_breakdown(sents, ms, ok),
+        "gateway_p99_ms": gateway_p99_ms(sents, ok),
         "failures": dict(failures.most_common(5)),
         "requests": int(status.size),
         "ok": int(ok.sum()),
@@ -140,6 +142,46 @@ def sent_summary(sents: list[Sent]) -> dict:
         "p99_ms": float(np.percentile(ms, 99)),
         "late_sends": int(sum(s.late_sends for s in sents)),
     }
+
+
+def gateway_p99_ms(sents: list[Sent], ok: np.ndarray) -> float | None:
+    """p99 of the latency the gateway measured itself (accept to answer; the
+    client's figure adds the loopback and the load generator's own delays)."""
+    bodies = [b for s in sents for b in s.body]
+    got = []
+    for i in np.flatnonzero(ok):
+        try:
+            got.append(float(json.loads(bodies[i])["parameters"]["latency_ms"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return float(np.percentile(got, 99)) if got else None
+
+
+def tail_breakdown(sents: list[Sent], ms: np.ndarray, ok: np.ndarray) -> dict:
+    """Where the slowest 2 % of the answered requests spent their time: the mean of
+    each stage of the gateway's ``breakdown_ms`` over them (queued, parse, khop,
+    buffer, execute, other and the per-function calls' parts)."""
+    if not ok.any():
+        return {}
+    bodies = [b for s in sents for b in s.body]
+    slow = np.flatnonzero(ok)[ms >= np.percentile(ms, 98)]
+    parts: Counter = Counter()
+    for i in slow:
+        try:
+            br = json.loads(bodies[i])["parameters"]["breakdown_ms"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        for k, v in _flat(br):
+            parts[k] += v
+    return {k: round(v / slow.size, 3) for k, v in sorted(parts.items())}
+
+
+def _flat(d: dict, prefix: str = ""):
+    for k, v in d.items():
+        if isinstance(v, dict):
+            yield from _flat(v, f"{prefix}{k}.")
+        elif isinstance(v, (int, float)):
+            yield f"{prefix}{k}", float(v)
 
 
 def compaction_phase(args, url: str, graph, uri: str, env: dict, after_version: int) -> dict:

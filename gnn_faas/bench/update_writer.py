@@ -14,13 +14,22 @@ binary tensor extension, or JSON) one after the other: as fast as the gateway
 acknowledges them, or each when due at ``rate`` edges per second; it stops at a
 deadline (after the batch in flight) or at the first refused batch, and keeps
 an :class:`Ack` per batch (monotonic clock).
+
+:class:`WriterProcess` runs :func:`post_batches` in a process of its own
+(``python -m gnn_faas.bench.update_writer``, the job as JSON on stdin, the acks
+as JSON on stdout): the benchmark's load generator then does not share an
+interpreter lock with the writer, whose Python work per batch would otherwise
+delay the load's sends and reads and count as inference latency (a real writer
+is another client altogether).
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import requests
@@ -58,6 +67,12 @@ class EdgeCycle:
         self.batch = int(batch)
         self.cycle = cycle
         self.per_pass = -(-self.edges.shape[0] // self.batch)
+        self.file: str | None = None  # where :meth:`save` wrote the edges
+
+    def save(self, path: str) -> None:
+        """Write the edges to ``path`` (``.npy``) for a :class:`WriterProcess`."""
+        np.save(path, self.edges, allow_pickle=False)
+        self.file = path
 
     def _slice(self, j: int) -> np.ndarray:
         return self.edges[j * self.batch : (j + 1) * self.batch]
@@ -138,3 +153,43 @@ def post_batches(
             k += 1
             posted += int(edges.shape[0])
     return acks
+
+
+class WriterProcess:
+    """:func:`post_batches` in a child process, started (and its imports done)
+    before the window it posts in; :meth:`run` posts one window's batches."""
+
+    def __init__(self, edges_file: str, batch: int, cycle: str):
+        self.job = {"edges_file": edges_file, "batch": batch, "cycle": cycle}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gnn_faas.bench.update_writer"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        ready = self.proc.stdout.readline().strip()
+        if ready != "ready":
+            self.proc.kill()
+            raise RuntimeError(f"the writer process did not start (said {ready!r})")
+
+    def run(self, url: str, graph: str, token: str, until: float, **kw) -> list[Ack]:
+        """:func:`post_batches` with these arguments (``until``: ``time.monotonic``,
+        which is the machine's, so the child's deadline is the caller's)."""
+        job = {**self.job, "url": url, "graph": graph, "token": token, "until": until, **kw}
+        out, _ = self.proc.communicate(json.dumps(job), timeout=until - time.monotonic() + 120)
+        if self.proc.returncode != 0:
+            raise RuntimeError(f"the writer process failed (exit {self.proc.returncode})")
+        return [Ack(**a) for a in json.loads(out)]
+
+
+def main() -> None:
+    print("ready", flush=True)
+    job = json.loads(sys.stdin.read())
+    edges = np.load(job.pop("edges_file"), allow_pickle=False)
+    cycle = EdgeCycle(edges, job.pop("batch"), job.pop("cycle"))
+    acks = post_batches(job.pop("url"), job.pop("graph"), job.pop("token"), cycle, **job)
+    json.dump([asdict(a) for a in acks], sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

@@ -9,7 +9,8 @@ learns of new versions only by polling, ``graphs.freshness_s``), then:
 2. **with updates**: the same arrivals again while the later edges are posted
    to ``POST /v2/graphs/{g}/updates`` in batches of ``--batch`` (binary
    tensors), as fast as they are acknowledged or at ``--update-rate`` edges/s,
-   added and removed in turn (bench/update_writer.py); 1 and 2 alternate in
+   added and removed in turn, by a process of its own (bench/update_writer.py:
+   the load generator shares no interpreter with it); 1 and 2 alternate in
    ``--rounds`` windows (``--duration`` seconds of each in all);
 3. the served answers for ``--sample`` vertices (half of them ones the updates
    touched) on both gateways against PyG on the final graph, built from the
@@ -43,7 +44,7 @@ from gnn_faas.bench.open_loop import poisson_arrivals
 from gnn_faas.bench.overload import request_targets
 from gnn_faas.bench.store_proxy import add_store_arguments, store_access, store_fields
 from gnn_faas.bench.update_graphs import GRAPHS, new_edges, prepare
-from gnn_faas.bench.update_writer import CYCLES, EdgeCycle, post_batches
+from gnn_faas.bench.update_writer import CYCLES, EdgeCycle, WriterProcess
 from gnn_faas.errors import InvalidRequest
 from gnn_faas.paths import default_store
 from gnn_faas.stack import Stack
@@ -118,6 +119,7 @@ def run(args: argparse.Namespace) -> dict:
         store_access(store, args.store_rtt_ms) as (uri, env, _),
     ):
         ckpt = chk.write_checkpoint(tmp, graph, args.arch, args.seed)
+        cycle.save(f"{tmp}/stream.npy")  # what the writer process posts
         with Stack(stack_config(args, uri, graph.name, ckpt, token), env=env) as writer:
             stacks = [writer]
             try:
@@ -150,15 +152,16 @@ def windows(args, stacks: list[Stack], graph, cycle: EdgeCycle, token: str) -> t
             due = poisson_arrivals(rps, span, args.seed + 10 * r + i)
             plan.append((due, request_targets(graph, due.size, args.seed + 10 * r + i)))
         for kind in ("without", "with"):
+            streaming = kind == "with" and not (acks and acks[-1].status != 200)
+            writer = WriterProcess(cycle.file, cycle.batch, cycle.cycle) if streaming else None
             c0 = np.array([fig.tree_cpu_s(st.proc.pid) for st in stacks])
             loads = chk.start_loads(urls, name, plan)
-            if kind == "with" and not (acks and acks[-1].status != 200):
+            if writer is not None:
                 done = sum(a.edges for a in acks)
-                got = post_batches(urls[0], name, token, cycle,
-                                   until=time.monotonic() + span - tail, rate=args.update_rate,
-                                   binary=not args.json_body, first=len(acks),
-                                   max_edges=max(0, args.max_updates - done) if args.max_updates
-                                   else 0)  # fmt: skip
+                got = writer.run(urls[0], name, token, until=time.monotonic() + span - tail,
+                                 rate=args.update_rate, binary=not args.json_body,
+                                 first=len(acks), max_edges=max(0, args.max_updates - done)
+                                 if args.max_updates else 0)  # fmt: skip
                 acks += got
                 stream_s += got[-1].acked - got[0].sent if got else 0.0
             for ld in loads:

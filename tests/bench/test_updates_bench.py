@@ -17,7 +17,7 @@ import pytest
 
 from gnn_faas.bench.update_figures import freshness, hop_edges, reference_scores, summarise
 from gnn_faas.bench.update_graphs import new_edges
-from gnn_faas.bench.update_writer import EdgeCycle, batch_body
+from gnn_faas.bench.update_writer import EdgeCycle, WriterProcess, batch_body
 from gnn_faas.cli import main
 from gnn_faas.errors import InvalidRequest
 from gnn_faas.storage.format import open_graph, write_graph
@@ -41,6 +41,49 @@ def test_the_edge_cycle_adds_removes_and_knows_what_is_present():
     assert a.present(4).shape[0] == 7 + 3 and all(a.get(k)[0] == "add_edges" for k in range(9))
     with pytest.raises(InvalidRequest):
         EdgeCycle(edges[:0], batch=3)
+
+
+def test_the_writer_process_posts_the_cycles_batches_in_order(tmp_path):
+    """A writer in its own process (no interpreter shared with the load) posts
+    the batches a cycle gives from ``first`` on, with the token, and returns an
+    ack per batch with the version the server answered."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    got: list[tuple[str, str, bytes]] = []
+
+    class Updates(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - the http.server hook
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            got.append((self.path, self.headers["Authorization"], body))
+            answer = json.dumps({"version": len(got)}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Updates)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        cycle = EdgeCycle(np.arange(14).reshape(7, 2), batch=3, cycle="add-remove")
+        cycle.save(str(tmp_path / "edges.npy"))
+        writer = WriterProcess(cycle.file, cycle.batch, cycle.cycle)
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        acks = writer.run(url, "g", "secret", until=time.monotonic() + 60, first=2,
+                          max_edges=4, binary=False)  # fmt: skip
+    finally:
+        server.shutdown()
+    assert [a.version for a in acks] == [1, 2] and all(a.status == 200 for a in acks)
+    assert [(a.kind, a.edges) for a in acks] == [("add_edges", 1), ("remove_edges", 3)]
+    assert all(a.sent <= a.acked <= time.monotonic() for a in acks)
+    assert {p for p, _, _ in got} == {"/v2/graphs/g/updates"}
+    assert {auth for _, auth, _ in got} == {"Bearer secret"}
+    want = [json.loads(batch_body(*cycle.get(k), binary=False)[0]) for k in (2, 3)]
+    assert [json.loads(b) for _, _, b in got] == want
 
 
 def test_a_batch_body_is_oip_binary_or_json():
