@@ -84,9 +84,10 @@ def merged_csr(
     n, base_n = state.num_nodes, state.base_nodes
     counts = np.zeros(n, np.int64)
     counts[:base_n] = np.diff(indptr)
+    ch_ids, ch_ptr, ch_idx = state.changed_csr()
     changed = np.zeros(n, bool)
-    changed[state.ch_ids] = True
-    counts[state.ch_ids] = np.diff(state.ch_ptr)
+    changed[ch_ids] = True
+    counts[ch_ids] = np.diff(ch_ptr)
     out_ptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
     out = np.empty(int(out_ptr[-1]), dtype=indices.dtype if n < 2**31 else np.int64)
     # unchanged base vertices: their stored segments, moved to their new offsets
@@ -99,10 +100,10 @@ def merged_csr(
             continue
         offs = np.arange(total) - np.repeat(np.cumsum(c) - c, c)
         out[np.repeat(out_ptr[v], c) + offs] = indices[np.repeat(indptr[v], c) + offs]
-    c = np.diff(state.ch_ptr)
+    c = np.diff(ch_ptr)
     if c.size and int(c.sum()):
         offs = np.arange(int(c.sum())) - np.repeat(np.cumsum(c) - c, c)
-        out[np.repeat(out_ptr[state.ch_ids], c) + offs] = state.ch_idx
+        out[np.repeat(out_ptr[ch_ids], c) + offs] = ch_idx
     return out_ptr, out
 
 

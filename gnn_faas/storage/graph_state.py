@@ -5,9 +5,13 @@ format plus delta segments (storage/delta.py). :class:`GraphState` is one
 version of it in memory, built by applying the segments to the base in order:
 
 - ``changed``: the full in-neighbour list of every vertex whose in-edges any
-  segment changed (and of every added vertex), as a small CSR over sorted
-  ids; any other vertex's list is the base's (read from the resident or
-  chunk-cached structure);
+  segment changed (and of every added vertex), as small CSRs over sorted ids in
+  two levels: the recent lists (``rc_*``) over the older ones (``ch_*``); any
+  other vertex's list is the base's (read from the resident or chunk-cached
+  structure). A new version rewrites only the recent level, which is folded into
+  the older one when it outgrows :func:`fold_past` (``sqrt(older entries *
+  4096)``, at least 65,536): a commit costs about the square root of the log,
+  not the log (one level would copy every changed list on every commit);
 - :class:`FeatureState`: the feature rows set since the base (added and
   replaced vertices, the latest value each), the labels of added vertices,
   the removed vertices and the vertex count.
@@ -23,6 +27,7 @@ gateway sends them the structure of each request.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from math import isqrt
 
 import numpy as np
 
@@ -30,6 +35,14 @@ from gnn_faas.errors import InvalidRequest, NotFound
 from gnn_faas.storage.delta import Delta, UpdateBatch
 from gnn_faas.storage.format import GraphHandle
 from gnn_faas.storage.reorder import IdMap
+
+FOLD_MIN_ENTRIES = 1 << 16  # the recent level folds past this many entries at least
+FOLD_SCALE = 1 << 12  # ... and past sqrt(older entries * FOLD_SCALE)
+
+
+def fold_past(older_entries: int) -> int:
+    """Entries past which the recent level of changed lists folds into the older one."""
+    return max(FOLD_MIN_ENTRIES, isqrt(older_entries * FOLD_SCALE))
 
 
 def _csr_rows(ids: np.ndarray, ptr: np.ndarray, idx: np.ndarray, want: np.ndarray):
@@ -144,6 +157,9 @@ class GraphState:
     ch_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     ch_ptr: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
     ch_idx: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    rc_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    rc_ptr: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    rc_idx: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     id_map: IdMap | None = None
     segments: tuple[str, ...] = ()
     delta_bytes: int = 0
@@ -183,14 +199,38 @@ class GraphState:
 
     @property
     def has_changes(self) -> bool:
-        return self.ch_ids.size > 0
+        return self.ch_ids.size > 0 or self.rc_ids.size > 0
 
     def is_changed(self, v: np.ndarray) -> np.ndarray:
-        return _member(self.ch_ids, v)
+        changed = _member(self.rc_ids, v)
+        if self.ch_ids.size:
+            changed |= _member(self.ch_ids, v)
+        return changed
 
     def changed_lists(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """In-lists of changed vertices ``v`` (each :meth:`is_changed`)."""
-        return _csr_rows(self.ch_ids, self.ch_ptr, self.ch_idx, v)
+        """In-lists of changed vertices ``v`` (each :meth:`is_changed`): the recent
+        level's where it holds one, else the older level's."""
+        recent = _member(self.rc_ids, v)
+        if not recent.any():
+            return _csr_rows(self.ch_ids, self.ch_ptr, self.ch_idx, v)
+        if recent.all():
+            return _csr_rows(self.rc_ids, self.rc_ptr, self.rc_idx, v)
+        c_o, n_o = _csr_rows(self.ch_ids, self.ch_ptr, self.ch_idx, v[~recent])
+        c_r, n_r = _csr_rows(self.rc_ids, self.rc_ptr, self.rc_idx, v[recent])
+        return interleave(recent, c_o, n_o, c_r, n_r)
+
+    def changed_csr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(ids, ptr, idx)``: every changed list in one CSR over sorted ids (the two
+        levels merged once per state, for the readers of them all: compaction, a
+        directed graph's out-edges)."""
+        if self.rc_ids.size == 0:
+            return self.ch_ids, self.ch_ptr, self.ch_idx
+        cached = self.__dict__.get("_changed_csr")
+        if cached is None:
+            cached = _merge_lists(self.ch_ids, self.ch_ptr, self.ch_idx, self.rc_ids,
+                                  np.diff(self.rc_ptr), self.rc_idx)  # fmt: skip
+            object.__setattr__(self, "_changed_csr", cached)
+        return cached
 
     def in_lists(self, vertices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(counts, concatenated in-neighbours)`` of existing ``vertices``."""
@@ -221,10 +261,11 @@ class GraphState:
             # into a changed vertex only its current list counts (added below)
             keep = ~self.is_changed(dst)
             parts.append((src[keep], dst[keep]))
-        if self.ch_idx.size:  # the changed lists that hold a vertex of x
-            owners = np.repeat(self.ch_ids, np.diff(self.ch_ptr))
-            hit = _member(x, self.ch_idx)
-            parts.append((self.ch_idx[hit], owners[hit]))
+        ch_ids, ch_ptr, ch_idx = self.changed_csr()
+        if ch_idx.size:  # the changed lists that hold a vertex of x
+            owners = np.repeat(ch_ids, np.diff(ch_ptr))
+            hit = _member(x, ch_idx)
+            parts.append((ch_idx[hit], owners[hit]))
         if not parts:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
@@ -246,7 +287,8 @@ class GraphState:
     def changed_vertices(self) -> np.ndarray:
         """Every vertex this version changed since its base: its in-list (and so its
         in-degree), its row, or its existence (sorted)."""
-        return np.union1d(np.union1d(self.ch_ids, self.features.feat_ids), self.features.removed)
+        lists = np.union1d(self.ch_ids, self.rc_ids)
+        return np.union1d(np.union1d(lists, self.features.feat_ids), self.features.removed)
 
     def reach(self, seeds: np.ndarray, hops: int) -> np.ndarray:
         """``seeds`` and every vertex that aggregates from one of them within
@@ -431,8 +473,12 @@ class GraphState:
         values = np.concatenate((v_old, add_src))
         order = np.argsort(owners, kind="stable")  # old entries first, then the added ones
         counts = np.bincount(np.searchsorted(affected, owners), minlength=affected.size)
-        ids, ptr, idx = _merge_lists(self.ch_ids, self.ch_ptr, self.ch_idx, affected, counts,
-                                     values[order])  # fmt: skip
+        recent = _merge_lists(self.rc_ids, self.rc_ptr, self.rc_idx, affected, counts,
+                              values[order])  # fmt: skip
+        older = (self.ch_ids, self.ch_ptr, self.ch_idx)
+        if int(recent[1][-1]) > fold_past(int(self.ch_ptr[-1])):
+            older = _merge_lists(*older, recent[0], np.diff(recent[1]), recent[2])
+            recent = (np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64))
         rows_at = [it[1] for it in items if it[0].sets_rows]
         return replace(
             self,
@@ -440,9 +486,12 @@ class GraphState:
             rows_version=rows_at[-1] if rows_at else self.rows_version,
             features=feats,
             num_edges=self.num_edges + int(add_src.size) - removed_edges,
-            ch_ids=ids,
-            ch_ptr=ptr,
-            ch_idx=idx,
+            ch_ids=older[0],
+            ch_ptr=older[1],
+            ch_idx=older[2],
+            rc_ids=recent[0],
+            rc_ptr=recent[1],
+            rc_idx=recent[2],
             segments=self.segments + tuple(it[2] for it in items if it[2]),
             delta_bytes=self.delta_bytes + int(sum(it[3] for it in items)),
         )
@@ -455,7 +504,7 @@ class GraphState:
             "num_nodes": self.num_nodes,
             "num_edges": self.num_edges,
             "removed_vertices": int(self.features.removed.size),
-            "changed_vertices": int(self.ch_ids.size),
+            "changed_vertices": int(np.union1d(self.ch_ids, self.rc_ids).size),
             "changed_rows": int(self.features.feat_ids.size),
             "segments": len(self.segments),
             "delta_bytes": self.delta_bytes,

@@ -168,6 +168,39 @@ def test_every_version_reads_as_the_reference(store_uri, symmetrized):
     check_equal(again, ref)
 
 
+@pytest.mark.parametrize("symmetrized", [False, True], ids=["directed", "symmetrised"])
+def test_both_levels_of_changed_lists_read_as_the_reference(tmp_path, monkeypatch, symmetrized):
+    """With the recent level folding after a few entries, versions alternate
+    between lists in both levels and freshly folded ones: each reads as the
+    reference, and so does compaction's single view of them."""
+    from gnn_faas.storage import graph_state
+    from gnn_faas.storage.compaction import merged_csr
+
+    monkeypatch.setattr(graph_state, "FOLD_MIN_ENTRIES", 100)
+    monkeypatch.setattr(graph_state, "FOLD_SCALE", 1)
+    uri = f"file://{tmp_path}"
+    src, dst, feats = make_graph(uri, symmetrized)
+    ref = Reference(src, dst, feats, symmetrized)
+    gv = versions_of(uri)
+    rng = np.random.default_rng(2)
+    seen = {"both": 0, "folded": 0}
+    for _ in range(30):
+        batch = random_batch(rng, ref)
+        before = gv.state.ch_ids.size
+        gv.commit(batch)
+        ref.apply(batch)
+        check_equal(gv, ref)
+        st = gv.state
+        seen["both"] += bool(st.rc_ids.size and st.ch_ids.size)
+        seen["folded"] += bool(st.rc_ids.size == 0 and st.ch_ids.size > before)
+        ptr, idx = merged_csr(st, (st.graph.read_blob("indptr"), st.graph.read_blob("indices")))
+        alive = [v for v in range(ref.n) if v not in ref.removed]
+        assert [sorted(idx[ptr[v] : ptr[v + 1]].tolist()) for v in alive] == [
+            ref.in_list(v) for v in alive
+        ]
+    assert seen["both"] >= 5 and seen["folded"] >= 2, seen
+
+
 def test_the_rows_version_is_the_newest_that_set_rows_or_added_vertices(tmp_path):
     """What memory functions must read (graph_version.rows): every version that
     added vertices or set rows; one that changed only edges leaves it alone, for
