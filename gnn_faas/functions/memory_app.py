@@ -560,6 +560,7 @@ class MemoryFunction:
         version = graph_version.get()
         if version is not None:  # the segments up to its rows version (graph_version.rows)
             self.versions.ensure(graph_version.rows())
+            self.versions.follow(version)  # the rest behind the calls
         if self.versions.keys.size == 0:
             return self.cache.get_rows(ids, self._load_rows)
         set_mask, set_rows = self.versions.split(ids, version)
@@ -579,6 +580,7 @@ class MemoryFunction:
         version = graph_version.get()
         if version is not None:
             self.versions.ensure(graph_version.rows())
+            self.versions.follow(version)
         return self.versions.nodes_at(version)
 
     def _load_rows(self, ids: np.ndarray) -> np.ndarray:

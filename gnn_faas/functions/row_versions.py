@@ -11,6 +11,13 @@ cache, and a newly set row is removed from it: the cache holds only rows that
 no version changed, so it is right for every version (exact invalidation,
 never a flush).
 
+A call needs the segments only up to its *rows version* (graph_version.rows):
+later ones changed only edges. The ones it names beyond are read behind the
+calls (:meth:`RowVersions.follow`, one background reader), so the function stays
+close to the newest version without a call waiting for it: a call that needs a
+row-setting version then reads that one alone, and a compaction finds nothing
+left to catch up (a function left far behind would read the whole log at once).
+
 A compaction moves the graph to a new base. The function then reads the new
 base's blobs for versions from the compacted one on, and keeps the base it
 started on for older versions until no request can still be running on them
@@ -19,6 +26,7 @@ started on for older versions until no request can still be running on them
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 import time
@@ -65,20 +73,26 @@ class RowVersions:
         self.keep_s = keep_s
         self.dim = graph.manifest.feature_dim
         self._lock = threading.Lock()
+        self._lock_behind = threading.Lock()
         rec = latest(self.backend, self.name, base=graph)
         self.bases = [Base(rec.base_version, graph.prefix, graph, load_rows)]
         self.known = rec.base_version
         self.keys = np.zeros(0, np.int64)
         self.rows = np.zeros((0, self.dim), np.float32)
         self.changed = np.zeros(0, np.int64)  # ids with a history, sorted
+        # the vertex count from each version that changed it on (and each base), by version
         self.num_nodes = {rec.base_version: graph.num_nodes}
+        self._counted = [rec.base_version]  # its keys, sorted
         self.segments_read = 0
+        self.read_on_calls = 0  # segments a call waited for (the rest were read behind)
+        self._behind_target = 0
+        self._behind: threading.Thread | None = None
         self.invalidated = 0
         if rec.version > rec.base_version:
-            self.ensure(rec.version)
+            self.ensure(rec.version, on_call=False)
 
     # -- catching up ---------------------------------------------------------------
-    def ensure(self, version: int) -> None:
+    def ensure(self, version: int, on_call: bool = True) -> None:
         """Know every version up to ``version`` (its record and the new segments)."""
         if version <= self.known:
             return
@@ -98,15 +112,14 @@ class RowVersions:
                 keys.append((set_ids << 32) | np.int64(v))
                 rows.append(set_rows.reshape(-1, self.dim))
                 ids.append(set_ids)
-                self.num_nodes[v] = delta.base_nodes + delta.num_new
+                if delta.num_new:
+                    self._count(v, delta.base_nodes + delta.num_new)
                 self.segments_read += 1
-            for v in range(self.known + 1, version + 1):  # versions without a segment
-                self.num_nodes.setdefault(
-                    v, self.num_nodes[max(k for k in self.num_nodes if k < v)]
-                )
-            all_keys = np.concatenate(keys)
-            order = np.argsort(all_keys, kind="stable")
-            self.keys, self.rows = all_keys[order], np.concatenate(rows)[order]
+                self.read_on_calls += on_call
+            if any(k.size for k in keys[1:]):  # edges alone leave the rows as they are
+                all_keys = np.concatenate(keys)
+                order = np.argsort(all_keys, kind="stable")
+                self.keys, self.rows = all_keys[order], np.concatenate(rows)[order]
             fresh = np.unique(np.concatenate(ids)) if ids else np.zeros(0, np.int64)
             if fresh.size:
                 self._invalidate(fresh)  # exactly the rows these versions set
@@ -114,13 +127,42 @@ class RowVersions:
                 self.changed = np.union1d(self.changed, fresh)
             self.known = version
 
+    def follow(self, version: int) -> None:
+        """Read up to ``version`` behind the calls (one background reader at a time;
+        a newer target while it runs is taken on by it)."""
+        if version <= self.known:
+            return
+        with self._lock_behind:
+            self._behind_target = max(self._behind_target, version)
+            if self._behind is not None and self._behind.is_alive():
+                return
+            self._behind = threading.Thread(target=self._read_behind, daemon=True,
+                                            name=f"versions-{self.name}")  # fmt: skip
+            self._behind.start()
+
+    def _read_behind(self) -> None:
+        while True:
+            with self._lock_behind:
+                target = self._behind_target
+                if target <= self.known:
+                    self._behind = None
+                    return
+            try:
+                self.ensure(target, on_call=False)
+            except Exception as exc:  # noqa: BLE001 - a call that needs it reads it itself
+                log.debug("graph %s: reading version %d behind the calls: %s",
+                          self.name, target, exc)  # fmt: skip
+                with self._lock_behind:
+                    self._behind = None
+                return
+
     def _new_base(self, prefix: str, base_version: int) -> None:
         """A compaction: read versions from ``base_version`` on from the new base."""
         graph, load_rows = self._open_base(prefix)
         now = time.monotonic()
         self.bases[-1].retired_at = now
         self.bases.append(Base(base_version, prefix, graph, load_rows))
-        self.num_nodes.setdefault(base_version, graph.num_nodes)
+        self._count(base_version, graph.num_nodes)
         self.bases = [
             b for b in self.bases if b.retired_at is None or now - b.retired_at < self.keep_s
         ]
@@ -130,7 +172,13 @@ class RowVersions:
     def nodes_at(self, version: int | None) -> int:
         """Vertices of the graph at ``version`` (the newest known for ``None``)."""
         v = self.known if version is None else min(version, self.known)
-        return self.num_nodes[max(k for k in self.num_nodes if k <= v)] if self.num_nodes else 0
+        i = bisect.bisect_right(self._counted, v) - 1
+        return self.num_nodes[self._counted[max(i, 0)]]
+
+    def _count(self, version: int, nodes: int) -> None:
+        if version not in self.num_nodes:
+            bisect.insort(self._counted, version)
+        self.num_nodes[version] = nodes
 
     def base_at(self, version: int | None) -> Base:
         v = self.known if version is None else version
@@ -164,6 +212,7 @@ class RowVersions:
         return {
             "known_version": self.known,
             "segments_read": self.segments_read,
+            "segments_read_on_calls": self.read_on_calls,
             "rows_with_history": int(self.changed.size),
             "rows_invalidated": self.invalidated,
             "bases": [b.prefix for b in self.bases],
