@@ -13,10 +13,10 @@ never a flush).
 
 A call needs the segments only up to its *rows version* (graph_version.rows):
 later ones changed only edges. The ones it names beyond are read behind the
-calls (:meth:`RowVersions.follow`, one background reader), so the function stays
-close to the newest version without a call waiting for it: a call that needs a
-row-setting version then reads that one alone, and a compaction finds nothing
-left to catch up (a function left far behind would read the whole log at once).
+calls, in bulk once they are :data:`FOLLOW_LAG` ahead (:meth:`RowVersions.follow`,
+one background reader), so the function stays close to the newest version without
+a call waiting for it: a call that needs a row-setting version reads at most the
+lag's segments besides (a function left far behind would read the whole log at once).
 
 A compaction moves the graph to a new base. The function then reads the new
 base's blobs for versions from the compacted one on, and keeps the base it
@@ -42,6 +42,7 @@ from gnn_faas.storage.versions import latest, read_deltas, record, segments_afte
 log = logging.getLogger("gnn_faas.memory")
 
 KEEP_OLD_BASE_S = 300.0
+FOLLOW_LAG = 64  # versions a function may lag before it reads them behind the calls
 
 
 @dataclass
@@ -128,9 +129,10 @@ class RowVersions:
             self.known = version
 
     def follow(self, version: int) -> None:
-        """Read up to ``version`` behind the calls (one background reader at a time;
-        a newer target while it runs is taken on by it)."""
-        if version <= self.known:
+        """Read up to ``version`` behind the calls once it is more than
+        :data:`FOLLOW_LAG` versions ahead (in bulk: one read of the segments; one
+        background reader at a time, a newer target while it runs is taken on)."""
+        if version - self.known <= FOLLOW_LAG:
             return
         with self._lock_behind:
             self._behind_target = max(self._behind_target, version)

@@ -128,8 +128,8 @@ def current_graph(state, graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def test_a_version_that_changes_only_edges_costs_memory_functions_no_read(plane):
     """Its rows are its rows version's (graph_version.rows): the memory function
-    answers it exactly without waiting for its segment (read behind the calls); a
-    version that sets a row is read by the call that needs it."""
+    answers it exactly without reading its segment (read behind the calls once
+    they lag); a version that sets a row is read by the call that needs it."""
     dp, graph, ckpt = plane
     rt = dp.models["m"]
     targets = [int(t) for t in graph.read_blob("request_order")[4:8]]
@@ -142,15 +142,11 @@ def test_a_version_that_changes_only_edges_costs_memory_functions_no_read(plane)
     got, version = answer(rt.infer(vertex_request(targets)))
     state = rt.versions.state
     assert version == rec["version"] == state.version > rows_version == state.rows_version
-    # the call did not wait for the segment: it was read behind the calls
-    deadline = time.monotonic() + 60
-    while not all(s["known_version"] == version for s in memory_stats(rt)):
-        assert time.monotonic() < deadline, memory_stats(rt)
-        time.sleep(0.05)
+    # the call did not read the segment (a lag of one version is left for later)
     after = memory_stats(rt)
     on_calls = [s["segments_read_on_calls"] for s in after]
     assert on_calls == [s["segments_read_on_calls"] for s in before]
-    assert [s["segments_read"] for s in after] == [s["segments_read"] + 1 for s in before]
+    assert [s["known_version"] for s in after] == [s["known_version"] for s in before]
     src, dst, x = current_graph(state, graph)
     want = pyg_outputs(ckpt, src, dst, x)[targets]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
@@ -165,4 +161,5 @@ def test_a_version_that_changes_only_edges_costs_memory_functions_no_read(plane)
     rt.infer(vertex_request(targets))
     stats = memory_stats(rt)
     assert all(s["known_version"] == rec2["version"] for s in stats)
-    assert [s["segments_read_on_calls"] for s in stats] == [n + 1 for n in on_calls]
+    # the edge-only version left behind and the row-setting one, read by the call
+    assert [s["segments_read_on_calls"] for s in stats] == [n + 2 for n in on_calls]
