@@ -209,7 +209,7 @@ def test_gateway_scaling_follows_the_launch_rule(fake, monkeypatch):
         assert f.scale_calls == [("test-m-memory", 1)]
         f.release.clear()
         futures = [pool.submit(call("slow")) for _ in range(3)]
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 60  # polled; a loaded machine launches slowly
         while f.functions["test-m-memory"]["replicas"] < 3 and time.monotonic() < deadline:
             time.sleep(0.05)
         f.release.set()
