@@ -26,6 +26,14 @@ def _load(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+def _runs(d: Path, kind: str, stores=STORES):
+    """``(store, run)`` of each ``d/KIND-STORE.json`` present, in ``stores``' order."""
+    for store in stores:
+        path = d / f"{kind}-{store}.json"
+        if path.is_file():
+            yield store, _load(path)
+
+
 def _write(name: str, doc: dict) -> None:
     (OUT / f"{name}.json").write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote docs/results/{name}.json")
@@ -39,9 +47,7 @@ def _rates(run: dict) -> dict:
 
 
 def e2e(d: Path, name: str = "store-e2e") -> None:
-    runs = {
-        s: _rates(_load(d / f"e2e-{s}.json")) for s in STORES if (d / f"e2e-{s}.json").is_file()
-    }
+    runs = {s: _rates(run) for s, run in _runs(d, "e2e")}
     rows = []
     for rate in runs["file"]["rates"]:
         base = runs["file"]["rates"][rate]["gnn_faas"]
@@ -76,11 +82,7 @@ def e2e(d: Path, name: str = "store-e2e") -> None:
 
 def overload(d: Path) -> None:
     rows = []
-    for store in STORES:
-        path = d / f"overload-{store}.json"
-        if not path.is_file():
-            continue
-        run = _load(path)
+    for store, run in _runs(d, "overload"):
         for step in run["steps"]:
             c = step["client"]
             rows.append([store, step["rate"], round(step["admitted_rps"], 1),
@@ -127,11 +129,7 @@ def rtt(d: Path, file_dir: Path) -> None:
 
 def outage(d: Path) -> None:
     rows = []
-    for store in ("s3", "redis"):
-        path = d / f"outage-{store}.json"
-        if not path.is_file():
-            continue
-        run = _load(path)
+    for store, run in _runs(d, "outage", ("s3", "redis")):
         for phase in ("before", "hang", "after"):
             p = run["phases"][phase]
             rows.append([store, phase, p["requests"], p["ok"], p["store_503"], p["other"],
@@ -157,8 +155,7 @@ def outage(d: Path) -> None:
 
 def updates(*dirs: Path) -> None:
     """Rows per store, then per run: DIR/updates-STORE.json (any stores) in each of ``dirs``."""
-    runs = [_load(d / f"updates-{store}.json") for store in STORES for d in dirs
-            if (d / f"updates-{store}.json").is_file()]  # fmt: skip
+    runs = [run for store in STORES for d in dirs for _, run in _runs(d, "updates", (store,))]
     rows = []
     for run in runs:
         store = run["store_kind"]
@@ -228,11 +225,7 @@ def _counts(hits: dict[str, int]) -> str:
 
 def update_faults(d: Path) -> None:
     rows = []
-    for store in STORES:
-        path = d / f"update-faults-{store}.json"
-        if not path.is_file():
-            continue
-        run = _load(path)
+    for store, run in _runs(d, "update-faults"):
         w, c, cw = run["writer"], run["compaction"], run["concurrent_writers"]
         rows.append([
             store, w["kills"], _counts(w["hits"]), c["kills"], _counts(c["hits"]),

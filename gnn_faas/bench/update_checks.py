@@ -132,8 +132,7 @@ def sent_summary(sents: list[Sent]) -> dict:
         for s in sents for i, st in enumerate(s.status) if st != 200
     )  # fmt: skip
     return {
-        "tail_breakdown_ms": tail_breakdown(sents, ms, ok),
-        "gateway_p99_ms": gateway_p99_ms(sents, ok),
+        **gateway_figures(sents, ms, ok),
         "failures": dict(failures.most_common(5)),
         "requests": int(status.size),
         "ok": int(ok.sum()),
@@ -144,36 +143,33 @@ def sent_summary(sents: list[Sent]) -> dict:
     }
 
 
-def gateway_p99_ms(sents: list[Sent], ok: np.ndarray) -> float | None:
-    """p99 of the latency the gateway measured itself (accept to answer; the
-    client's figure adds the loopback and the load generator's own delays)."""
+def gateway_figures(sents: list[Sent], ms: np.ndarray, ok: np.ndarray) -> dict:
+    """From the answers' own ``parameters`` (each body parsed once):
+    ``gateway_p99_ms``, the p99 of the latency the gateway measured itself
+    (accept to answer; the client's figure adds the loopback and the load
+    generator's own delays), and ``tail_breakdown_ms``, where the slowest 2 % of
+    the answered requests spent their time (the mean of each stage of the
+    gateway's ``breakdown_ms`` over them: queued, parse, khop, buffer, execute,
+    other and the per-function calls' parts)."""
+    if not ok.any():
+        return {"gateway_p99_ms": None, "tail_breakdown_ms": {}}
     bodies = [b for s in sents for b in s.body]
-    got = []
+    params = []
     for i in np.flatnonzero(ok):
         try:
-            got.append(float(json.loads(bodies[i])["parameters"]["latency_ms"]))
+            params.append(json.loads(bodies[i])["parameters"])
         except (ValueError, KeyError, TypeError):
-            continue
-    return float(np.percentile(got, 99)) if got else None
-
-
-def tail_breakdown(sents: list[Sent], ms: np.ndarray, ok: np.ndarray) -> dict:
-    """Where the slowest 2 % of the answered requests spent their time: the mean of
-    each stage of the gateway's ``breakdown_ms`` over them (queued, parse, khop,
-    buffer, execute, other and the per-function calls' parts)."""
-    if not ok.any():
-        return {}
-    bodies = [b for s in sents for b in s.body]
-    slow = np.flatnonzero(ok)[ms >= np.percentile(ms, 98)]
+            params.append({})
+    latency = [float(p["latency_ms"]) for p in params if "latency_ms" in p]
+    slow = np.flatnonzero(ms >= np.percentile(ms, 98))  # ms: the answered ones, in order
     parts: Counter = Counter()
     for i in slow:
-        try:
-            br = json.loads(bodies[i])["parameters"]["breakdown_ms"]
-        except (ValueError, KeyError, TypeError):
-            continue
-        for k, v in _flat(br):
+        for k, v in _flat(params[i].get("breakdown_ms") or {}):
             parts[k] += v
-    return {k: round(v / slow.size, 3) for k, v in sorted(parts.items())}
+    return {
+        "gateway_p99_ms": float(np.percentile(latency, 99)) if latency else None,
+        "tail_breakdown_ms": {k: round(v / slow.size, 3) for k, v in sorted(parts.items())},
+    }
 
 
 def _flat(d: dict, prefix: str = ""):

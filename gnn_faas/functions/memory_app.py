@@ -557,10 +557,7 @@ class MemoryFunction:
         """Feature rows of stored ``ids`` at the call's graph version: rows a version
         set from the log, rows it never changed through the cache, read from the
         base of that version (graph_version.get(); None: the newest known)."""
-        version = graph_version.get()
-        if version is not None:  # the segments up to its rows version (graph_version.rows)
-            self.versions.ensure(graph_version.rows())
-            self.versions.follow(version)  # the rest behind the calls
+        version = self._catch_up()
         if self.versions.keys.size == 0:
             return self.cache.get_rows(ids, self._load_rows)
         set_mask, set_rows = self.versions.split(ids, version)
@@ -577,11 +574,16 @@ class MemoryFunction:
 
     def nodes_at_call(self) -> int:
         """Vertices of the graph at the call's version (ids beyond are a request's new ones)."""
+        return self.versions.nodes_at(self._catch_up())
+
+    def _catch_up(self) -> int | None:
+        """The call's graph version, its rows known: the segments up to its rows
+        version now (graph_version.rows), the rest behind the calls."""
         version = graph_version.get()
         if version is not None:
             self.versions.ensure(graph_version.rows())
             self.versions.follow(version)
-        return self.versions.nodes_at(version)
+        return version
 
     def _load_rows(self, ids: np.ndarray) -> np.ndarray:
         # streamed: the read buffer is a fixed share of the limit, never a

@@ -182,10 +182,8 @@ class Executions:
         for p in pendings:
             groups.setdefault(p.version, []).append(p)
         queued = 0.0
-        for version, group in sorted(groups.items()):
-            state = group[0].state
-            at = (None,) if state is None else (version, state.rows_version)
-            with graph_version.scope(*at):
+        for _, group in sorted(groups.items()):
+            with _version_scope(group[0].state):
                 queued += self._execute_version(group, info, closed_at)
         return queued
 
@@ -226,8 +224,7 @@ class Executions:
 
     def _run_one(self, p: InferenceJob, info: dict, closed_at: float) -> None:
         try:
-            at = (None,) if p.state is None else (p.state.version, p.state.rows_version)
-            with self.metrics.stage(self.name, "execute"), graph_version.scope(*at):
+            with self.metrics.stage(self.name, "execute"), _version_scope(p.state):
                 h, stats = self.orchestrator.run(
                     p.cg,
                     overlay=p.overlay,
@@ -273,3 +270,10 @@ class Executions:
             return {"scores": self.orchestrator.head("edge", h_u=u, h_v=v)}
         readout = self.orchestrator.head("graph", h=emb[order], segments=req.graph_ids)
         return {"readout": readout}
+
+
+def _version_scope(state: GraphState | None):
+    """Calls run on ``state``'s version and rows version (unversioned: ``None``)."""
+    if state is None:
+        return graph_version.scope(None)
+    return graph_version.scope(state.version, state.rows_version)

@@ -64,7 +64,7 @@ def test_the_writer_process_posts_the_cycles_batches_in_order(tmp_path):
             self.wfile.write(answer)
 
         def log_message(self, *args):
-            pass
+            """Quiet: no line per request on the test's stderr."""
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Updates)
     threading.Thread(target=server.serve_forever, daemon=True).start()
