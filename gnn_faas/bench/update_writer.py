@@ -121,8 +121,9 @@ def post_batches(
     timeout_s: float = 60.0,
 ) -> list[Ack]:
     """Post ``cycle``'s batches from batch ``first`` until ``until`` (monotonic)
-    passes or ``max_edges`` (> 0) were posted; ``rate`` > 0: the ``k``-th batch
-    posted is due ``k * batch / rate`` seconds after the start."""
+    passes or ``max_edges`` (> 0) were posted; ``rate`` > 0: a batch is due
+    ``e / rate`` seconds after the start, ``e`` the edges posted before it (a pass's
+    last batch is short: pacing by batches would post fewer edges than ``rate``)."""
     acks: list[Ack] = []
     target = f"{url}/v2/graphs/{graph}/updates"
     auth = {"Authorization": f"Bearer {token}"}
@@ -131,7 +132,7 @@ def post_batches(
         k = posted = 0
         while time.monotonic() < until and not (max_edges and posted >= max_edges):
             if rate > 0:
-                wait = start + k * cycle.batch / rate - time.monotonic()
+                wait = start + posted / rate - time.monotonic()
                 if wait > 0:
                     time.sleep(min(wait, max(0.0, until - time.monotonic())))
                     if time.monotonic() >= until:

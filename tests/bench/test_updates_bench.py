@@ -86,6 +86,51 @@ def test_the_writer_process_posts_the_cycles_batches_in_order(tmp_path):
     assert [json.loads(b) for _, _, b in got] == want
 
 
+def test_a_paced_stream_posts_its_rate_in_edges_short_batches_included(monkeypatch):
+    """At ``rate`` edges/s a batch is due when the edges before it are: a pass's
+    short last batch (1 edge of 7 in batches of 3) brings the next one forward,
+    so the edges posted per second are ``rate``, not fewer (on a fake clock)."""
+    import gnn_faas.bench.update_writer as uw
+
+    class Clock:
+        now = 100.0
+
+        def monotonic(self):
+            return self.now
+
+        def sleep(self, s):
+            self.now += s
+
+    clock = Clock()
+    monkeypatch.setattr(uw, "time", clock)
+    sent: list[tuple[float, int]] = []
+
+    class Session:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def post(self, url, data, headers, timeout):
+            n = json.loads(data)
+            sent.append((clock.now, len(next(iter(n.values())))))
+            return type(
+                "R",
+                (),
+                {"status_code": 200, "content": b"1", "json": lambda s: {"version": len(sent)}},
+            )()
+
+    monkeypatch.setattr(uw.requests, "Session", Session)
+    cycle = EdgeCycle(np.arange(14).reshape(7, 2), batch=3, cycle="add-remove")
+    acks = uw.post_batches("http://x", "g", "t", cycle, until=1e9, rate=2.0, binary=False,
+                           max_edges=14)  # fmt: skip
+    assert [n for _, n in sent] == [3, 3, 1, 3, 3, 1]
+    before = np.concatenate([[0], np.cumsum([n for _, n in sent])[:-1]])
+    assert [t - 100.0 for t, _ in sent] == pytest.approx(before / 2.0)
+    assert sum(a.edges for a in acks) == 14
+
+
 def test_a_batch_body_is_oip_binary_or_json():
     e = np.array([[1, 2], [3, 4]])
     body, headers = batch_body("add_edges", e, binary=True)
