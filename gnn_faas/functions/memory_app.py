@@ -581,6 +581,7 @@ class MemoryFunction:
         version now (graph_version.rows), the rest behind the calls."""
         version = graph_version.get()
         if version is not None:
+            self.versions.reach_back(version)  # a call from before this function's base
             self.versions.ensure(graph_version.rows())
             self.versions.follow(version)
         return version

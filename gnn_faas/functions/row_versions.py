@@ -21,7 +21,11 @@ lag's segments besides (a function left far behind would read the whole log at o
 A compaction moves the graph to a new base. The function then reads the new
 base's blobs for versions from the compacted one on, and keeps the base it
 started on for older versions until no request can still be running on them
-(``keep_s``, longer than any deadline).
+(``keep_s``, longer than any deadline). A function started after a compaction
+can still be called on a version before it (a request in flight across the
+compaction): :meth:`RowVersions.reach_back` then opens the older base and reads
+its whole log (kept for the compaction's grace period), so that every row that
+differs between the two bases has a history and stays out of the cache.
 """
 
 from __future__ import annotations
@@ -105,28 +109,32 @@ class RowVersions:
                 raise InvalidRequest(f"graph {self.name!r} has no version {version}")
             if rec.base != self.bases[-1].prefix:
                 self._new_base(rec.base, rec.base_version)
-            keys, rows, ids = [self.keys], [self.rows], []
-            segments = segments_after(self.backend, rec, self.known)
-            for (v, _, _), delta in zip(segments, read_deltas(self.backend, segments)):
-                set_ids = np.concatenate((delta.new_ids, delta.feat_ids))
-                set_rows = np.concatenate((delta.new_features, delta.feat_rows))
-                keys.append((set_ids << 32) | np.int64(v))
-                rows.append(set_rows.reshape(-1, self.dim))
-                ids.append(set_ids)
-                if delta.num_new:
-                    self._count(v, delta.base_nodes + delta.num_new)
-                self.segments_read += 1
-                self.read_on_calls += on_call
-            if any(k.size for k in keys[1:]):  # edges alone leave the rows as they are
-                all_keys = np.concatenate(keys)
-                order = np.argsort(all_keys, kind="stable")
-                self.keys, self.rows = all_keys[order], np.concatenate(rows)[order]
-            fresh = np.unique(np.concatenate(ids)) if ids else np.zeros(0, np.int64)
-            if fresh.size:
-                self._invalidate(fresh)  # exactly the rows these versions set
-                self.invalidated += int(fresh.size)
-                self.changed = np.union1d(self.changed, fresh)
+            self._take(segments_after(self.backend, rec, self.known), on_call)
             self.known = version
+
+    def _take(self, segments, on_call: bool) -> None:
+        """Read ``segments`` and keep the rows they set (and the vertex counts they
+        change); exactly those ids leave the cache and have a history from then on."""
+        keys, rows, ids = [self.keys], [self.rows], []
+        for (v, _, _), delta in zip(segments, read_deltas(self.backend, segments)):
+            set_ids = np.concatenate((delta.new_ids, delta.feat_ids))
+            set_rows = np.concatenate((delta.new_features, delta.feat_rows))
+            keys.append((set_ids << 32) | np.int64(v))
+            rows.append(set_rows.reshape(-1, self.dim))
+            ids.append(set_ids)
+            if delta.num_new:
+                self._count(v, delta.base_nodes + delta.num_new)
+            self.segments_read += 1
+            self.read_on_calls += on_call
+        if any(k.size for k in keys[1:]):  # edges alone leave the rows as they are
+            all_keys = np.concatenate(keys)
+            order = np.argsort(all_keys, kind="stable")
+            self.keys, self.rows = all_keys[order], np.concatenate(rows)[order]
+        fresh = np.unique(np.concatenate(ids)) if ids else np.zeros(0, np.int64)
+        if fresh.size:
+            self._invalidate(fresh)  # exactly the rows these versions set
+            self.invalidated += int(fresh.size)
+            self.changed = np.union1d(self.changed, fresh)
 
     def follow(self, version: int) -> None:
         """Read up to ``version`` behind the calls once it is more than
@@ -169,6 +177,32 @@ class RowVersions:
             b for b in self.bases if b.retired_at is None or now - b.retired_at < self.keep_s
         ]
         log.info("graph %s: reading base %s from version %d on", self.name, prefix, base_version)
+
+    def reach_back(self, version: int) -> None:
+        """Know ``version`` when it is older than every base this function reads:
+        the base it was on and that base's log, to the version the next base
+        folded (one compaction at a time, back as far as needed)."""
+        if version >= self.bases[0].version:
+            return
+        with self._lock:
+            while version < self.bases[0].version:
+                first = self.bases[0]
+                # the folded version's own record is the last on the older base
+                rec = record(self.backend, self.name, first.version)
+                if rec is None or rec.base == first.prefix:
+                    raise InvalidRequest(
+                        f"graph {self.name!r}: version {version} is no longer stored "
+                        f"(compacted into version {first.version} past its grace period)"
+                    )
+                graph, load_rows = self._open_base(rec.base)
+                self._take(segments_after(self.backend, rec, rec.base_version), on_call=True)
+                self._count(rec.base_version, graph.num_nodes)
+                old = Base(
+                    rec.base_version, rec.base, graph, load_rows, retired_at=time.monotonic()
+                )
+                self.bases.insert(0, old)
+                log.info("graph %s: reading base %s for version %d (before base %s)",
+                         self.name, rec.base, version, first.prefix)  # fmt: skip
 
     # -- reading ---------------------------------------------------------------------
     def nodes_at(self, version: int | None) -> int:

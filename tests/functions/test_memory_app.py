@@ -344,3 +344,41 @@ def test_corrupt_rows_are_a_500_that_names_the_corruption(tmp_path, features):
     assert bad.status_code == 500
     assert bad.headers["X-Gnn-Faas-Failed"] == "corrupt"
     assert "chunk 1" in bad.get_json()["error"]
+
+
+def test_a_function_started_after_a_compaction_answers_older_versions(tmp_path):
+    """A call in flight across a compaction reaches a function started after it:
+    the rows are the call's version's, from the older base and its log, even for
+    rows this function had cached from the newer base."""
+    from gnn_faas import graph_version
+    from gnn_faas.storage.backends import open_backend
+    from gnn_faas.storage.compaction import compact
+    from gnn_faas.storage.delta import UpdateBatch
+    from tests.storage.test_versions import DIM, make_graph, versions_of
+
+    uri = f"file://{tmp_path}"
+    _, _, feats = make_graph(uri, symmetrized=False)
+    gv = versions_of(uri)
+    ones, twos = np.ones((1, DIM), np.float32), np.full((1, DIM), 2.0, np.float32)
+    v1 = gv.commit(UpdateBatch.from_arrays({"feature_ids": [3], "features": ones}))[0].version
+    gv.commit(UpdateBatch.from_arrays({"feature_ids": [5], "features": twos}))
+    newest = compact(open_backend(uri), "g", grace_s=3600)["version"]
+    client = create_memory_app(
+        MemoryFunctionConfig(store=uri, graph="g", memory_mb=256)
+    ).test_client()
+    ids = [3, 5, 7]
+
+    def rows_at(version: int) -> np.ndarray:
+        head = {graph_version.HEADER: str(version)}
+        return frame_of(client.post("/v1/features", json={"ids": ids}, headers=head))["x"]
+
+    now = feats[ids].copy()
+    now[0], now[1] = ones[0], twos[0]
+    np.testing.assert_array_equal(rows_at(newest), now)  # cached from the new base
+    then = feats[ids].copy()
+    then[0] = ones[0]
+    np.testing.assert_array_equal(rows_at(v1), then)
+    np.testing.assert_array_equal(rows_at(0), feats[ids])
+    np.testing.assert_array_equal(rows_at(newest), now)
+    stats = client.get("/v1/stats").get_json()["graph_versions"]
+    assert len(stats["bases"]) == 2

@@ -5,7 +5,8 @@ rows, one compaction) is read by :class:`RowVersions` the ways a memory function
 does: up to each call's rows version, the rest behind the calls. At every
 version the vertex count and every row must equal a plain replay of the
 batches; an edge-only stretch costs the calls no read, and one started late
-(or after the compaction) catches up in one go.
+(or after the compaction) catches up in one go and reaches back past the
+compaction for a call on an older version.
 """
 
 from __future__ import annotations
@@ -81,9 +82,21 @@ def test_rows_and_counts_at_every_version_of_a_log_with_a_compaction(tmp_path):
     check_versions(follower, history, sorted(history))
     # one started late reads the log since the newest base in one go
     graph, load = row_reader(backend, open_graph(backend, "g").prefix)
-    late = RowVersions(graph, load, lambda p: row_reader(backend, p), lambda ids: None)
+    dropped: list[np.ndarray] = []
+    late = RowVersions(graph, load, lambda p: row_reader(backend, p), dropped.append)
     assert late.known == latest
     check_versions(late, history, [v for v in sorted(history) if v >= compacted])
+    assert late.bases[0].version == compacted - 1 and len(late.bases) == 1
+    # and is called on a version before the compaction (a request in flight across it):
+    # the older base and its log, every row the two bases disagree on kept out of the cache
+    late.reach_back(compacted - 100)
+    assert [b.version for b in late.bases] == [0, compacted - 1]
+    check_versions(late, history, sorted(history))
+    before, now = history[0][1], history[compacted][1]
+    differ = {i for i in before if not np.array_equal(before[i], now[i])}
+    differ |= set(now) - set(before)
+    assert differ and differ <= set(np.concatenate(dropped).tolist())
+    assert differ <= set(late.changed.tolist())
 
 
 def test_an_edge_only_stretch_is_read_behind_the_calls(tmp_path):
