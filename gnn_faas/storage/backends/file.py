@@ -3,8 +3,9 @@
 Reads go through one read-only memory map per blob, opened once and kept: a
 batched range read is a single vectorised numpy gather over that mapping, the
 page cache doing what ``pread`` on one descriptor would, without a Python call
-per range. Writes go to a temporary file renamed into place, so a reader never
-sees half a blob.
+per range. Writes go to a temporary file, flushed to disk, renamed into place
+(the directory flushed too), so a reader never sees half a blob and a written
+blob survives a power cut.
 """
 
 from __future__ import annotations
@@ -43,6 +44,16 @@ def gather_ranges(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.n
     offsets = np.cumsum(n) - n
     idx = np.arange(int(n.sum()), dtype=np.int64) + np.repeat(s - offsets, n)
     return view[idx].view(np.uint8).reshape(-1)
+
+
+def _sync_dir(directory: Path) -> None:
+    """Flush a directory's entries (a rename or link into it) to disk."""
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 class FileBackend(StorageBackend):
@@ -131,12 +142,14 @@ class FileBackend(StorageBackend):
         return sorted(k for k in keys if k.startswith(prefix) and ".tmp-" not in k)
 
     def pipe_file(self, path: str, data: bytes | memoryview) -> None:
+        """Write a temporary file, flush it to disk, rename it into place and flush
+        the directory: a blob is durable when this returns (a version record that
+        names it is written after it: a power cut never leaves a record pointing at
+        a blob that was lost)."""
         target = self._path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-        with open(tmp, "wb") as fh:
-            fh.write(data)
+        tmp = self._write_tmp(target, data)
         os.replace(tmp, target)
+        _sync_dir(target.parent)
         self._maps.pop(path, None)
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
@@ -144,12 +157,7 @@ class FileBackend(StorageBackend):
         ``link`` fails when the target exists, so of two writers exactly one
         creates it, and a reader never sees it half written."""
         target = self._path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        tmp = self._write_tmp(target, data)
         try:
             os.link(tmp, target)
         except FileExistsError:
@@ -157,14 +165,21 @@ class FileBackend(StorageBackend):
         finally:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
-        with contextlib.suppress(OSError):  # the new name durable too
-            fd = os.open(target.parent, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        _sync_dir(target.parent)  # the new name durable too
         self._maps.pop(path, None)
         return True
+
+    def _write_tmp(self, target: Path, data: bytes | memoryview) -> Path:
+        """``data`` in a temporary file beside ``target``, on disk."""
+        if not target.parent.is_dir():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _sync_dir(target.parent.parent)
+        tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        return tmp
 
     def rm(self, path: str) -> None:
         self._maps.pop(path, None)
