@@ -71,14 +71,18 @@ class FileBackend(StorageBackend):
         if not root:
             raise InvalidRequest(f"file store URI has no path: {uri!r}")
         self.root = Path(root).expanduser().resolve()
+        self._root = str(self.root)
+        self._root_slash = self._root.rstrip("/") + "/"
         self._maps: dict[str, tuple[tuple, np.ndarray]] = {}  # key -> (file stamp, mapping)
         self._lock = threading.Lock()
 
     def _path(self, key: str) -> Path:
-        p = (self.root / key).resolve()
-        if p != self.root and self.root not in p.parents:
+        # lexical (no resolve(): a realpath per read and write cost ~0.1 ms, 15% of a
+        # graph commit's CPU); a link the operator put in the store is followed
+        p = os.path.normpath(os.path.join(self._root, key))
+        if p != self._root and not p.startswith(self._root_slash):
             raise InvalidRequest(f"key escapes the store root: {key!r}")
-        return p
+        return Path(p)
 
     def _map(self, key: str) -> np.ndarray:
         """The blob's mapping, made again when the file was replaced since (another
