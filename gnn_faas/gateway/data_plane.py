@@ -199,6 +199,7 @@ class ModelRuntime:
             count_rows=self._count_rows,
             threads=serving.gateway.threads,
             request_timeout_s=serving.gateway.request_timeout_s,
+            move=self._move,
         )
         b = serving.buffers
         self.buffer_config = BufferConfig.from_settings(b, model.slo_s, model.buffers)
@@ -619,6 +620,16 @@ class ModelRuntime:
         bounds = np.cumsum([0] + [t.size for t in targets])
         rows = [sg.target_index[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
         return sg, rows, int(sum(p.cg.aggregated_rows() for p in pendings))
+
+    def _move(self, job: InferenceJob, state: GraphState) -> bool:
+        """Move ``job`` onto the newer graph version ``state``: its k-hop fetched
+        again there (execution.Executions._by_version). False, and it stays, when
+        it brought new vertices or ``state`` removed one of its targets."""
+        if job.overlay is not None or state.features.is_removed(job.request.targets).any():
+            return False
+        job.cg = self._graph_of(self.fetcher_at(state), job.request.targets, None, FetchStats())
+        job.state = state
+        return True
 
     def _predicted_rows(self, fetcher: KHopFetcher, targets: np.ndarray) -> float | None:
         """Quiver's PSGS of the request (``Σ PSGS(t)``, one ranged read) when the

@@ -115,6 +115,7 @@ class Executions:
         threads: int,
         request_timeout_s: float = 30.0,
         state_set: Callable[[], tuple[str, str] | None] = lambda: None,
+        move: Callable[[InferenceJob, GraphState], bool] | None = None,
     ):
         self.name = name
         self.merged = merged
@@ -124,6 +125,7 @@ class Executions:
         self.merge = merge
         self.embeddings = embeddings
         self.state_set = state_set
+        self.move = move
         self.count_rows = count_rows
         self.request_timeout_s = float(request_timeout_s)
         self.finished: Callable[[float, int, float, float], None] | None = None
@@ -175,17 +177,34 @@ class Executions:
 
     def _execute_merged(self, pendings: list[InferenceJob], info: dict, closed_at: float) -> float:
         """Run and answer the batch, one execution per graph version among its
-        requests (a buffer that closed across a version change: each runs on the
-        version it arrived on); returns the calls' queue waits in the function
+        requests once each was moved onto the newest where it can be
+        (:meth:`_by_version`); returns the calls' queue waits in the function
         pools (seconds; 0 for what failed)."""
-        groups: dict[int, list[InferenceJob]] = {}
-        for p in pendings:
-            groups.setdefault(p.version, []).append(p)
         queued = 0.0
-        for _, group in sorted(groups.items()):
+        for _, group in sorted(self._by_version(pendings).items()):
             with _version_scope(group[0].state):
                 queued += self._execute_version(group, info, closed_at)
         return queued
+
+    def _by_version(self, pendings: list[InferenceJob]) -> dict[int, list[InferenceJob]]:
+        """The batch by graph version. A buffer that closed across version changes
+        (a graph updated while its requests arrived) would run one execution per
+        version, one after the other, and share nothing between them: each
+        request on an older version is moved onto the newest among them instead
+        (``move``: its k-hop fetched again there), so it still runs on one
+        version, never older than the one it arrived on; one whose target that
+        version removed keeps its own."""
+        newest = max((p.state for p in pendings if p.state is not None),
+                     key=lambda s: s.version, default=None)  # fmt: skip
+        if newest is not None and self.move is not None:
+            older = [p for p in pendings if p.state is not None and p.version < newest.version]
+            moved = sum(self.move(p, newest) for p in older)
+            if moved:
+                self.metrics.version_moves.labels(self.name).inc(moved)
+        groups: dict[int, list[InferenceJob]] = {}
+        for p in pendings:
+            groups.setdefault(p.version, []).append(p)
+        return groups
 
     def _execute_version(self, pendings: list[InferenceJob], info: dict, closed_at: float) -> float:
         try:

@@ -68,6 +68,13 @@ class GatewayMetrics:
             ["model", "reason"],
             registry=r,
         )
+        self.version_moves = Counter(
+            "gnn_faas_version_moves",
+            "Requests of a closed buffer moved onto the newest graph version among its "
+            "requests (their k-hop fetched again there) to run in one execution",
+            ["model"],
+            registry=r,
+        )
         self.sharing_degree = Histogram(
             "gnn_faas_buffer_sharing_degree",
             "Sharing degree of each closed buffer",

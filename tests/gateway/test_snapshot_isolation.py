@@ -122,7 +122,8 @@ def current_graph(state, graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n = state.num_nodes
     counts, nbrs = state.in_lists(np.arange(n))
     x = np.array(graph.read_blob("features"), np.float32)
-    x[state.features.feat_ids] = state.features.feat_rows
+    if state.features.feat_ids.size:
+        x[state.features.feat_ids] = state.features.feat_rows
     return nbrs, np.repeat(np.arange(n), counts), x
 
 
