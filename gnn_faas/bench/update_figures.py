@@ -160,14 +160,16 @@ def run_compaction(uri: str, graph: str, env: dict[str, str], grace_s: float = 1
 
 
 def gateway_update_metrics(url: str) -> dict:
-    """The gateway's ``gnn_faas_graph_*`` series from ``/metrics``: ``{name{labels}: value}``."""
+    """The gateway's ``gnn_faas_graph_*`` series and its requests moved onto a newer
+    version (``gnn_faas_version_moves``) from ``/metrics``: ``{name{labels}: value}``."""
     from prometheus_client.parser import text_string_to_metric_families
 
     text = requests.get(f"{url}/metrics", timeout=30).text
     out = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            if s.name.startswith("gnn_faas_graph_") and not s.name.endswith("_created"):
+            wanted = s.name.startswith(("gnn_faas_graph_", "gnn_faas_version_moves"))
+            if wanted and not s.name.endswith("_created"):
                 labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
                 out[f"{s.name}{{{labels}}}"] = s.value
     return out
