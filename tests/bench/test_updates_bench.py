@@ -105,23 +105,19 @@ def test_a_paced_stream_posts_its_rate_in_edges_short_batches_included(monkeypat
     monkeypatch.setattr(uw, "time", clock)
     sent: list[tuple[float, int]] = []
 
-    class Session:
-        def __enter__(self):
-            return self
+    class Poster:
+        def __init__(self, url, timeout_s):
+            pass
 
-        def __exit__(self, *exc):
-            return False
-
-        def post(self, url, data, headers, timeout):
-            n = json.loads(data)
+        def post(self, path, body, headers):
+            n = json.loads(body)
             sent.append((clock.now, len(next(iter(n.values())))))
-            return type(
-                "R",
-                (),
-                {"status_code": 200, "content": b"1", "json": lambda s: {"version": len(sent)}},
-            )()
+            return 200, {"version": len(sent)}
 
-    monkeypatch.setattr(uw.requests, "Session", Session)
+        def close(self):
+            pass
+
+    monkeypatch.setattr(uw, "Poster", Poster)
     cycle = EdgeCycle(np.arange(14).reshape(7, 2), batch=3, cycle="add-remove")
     acks = uw.post_batches("http://x", "g", "t", cycle, until=1e9, rate=2.0, binary=False,
                            max_edges=14)  # fmt: skip
