@@ -350,13 +350,15 @@ class GatewaySim:
             inv.done(k)
         req = self.requests
         dispatched, sharing = rec[DISPATCHED], rec[SHARING]
+        chunks = req.chunks
         for i in rec[IDS]:
             k, j = i >> CHUNK_BITS, i & SLOT
-            c = req.chunks.get(k) or req.chunk(k)
-            c[1][j] = end
-            c[2][j] = cold
-            c[3][j] = dispatched
-            c[4][j] = sharing
+            c = chunks.get(k) or req.chunk(k)
+            _, c_done, c_cold, c_dispatched, c_sharing = c
+            c_done[j] = end
+            c_cold[j] = cold
+            c_dispatched[j] = dispatched
+            c_sharing[j] = sharing
             c[0] -= 1
             if c[0] == 0:
                 req.done(k)
