@@ -36,6 +36,7 @@ from gnn_faas.scheduler.function_pool import LaunchBudget, LoadAwarePolicy
 from gnn_faas.traces.calibration import Calibration
 from gnn_faas.traces.instance_pool import PoolRun
 from gnn_faas.traces.request_stream import RequestStream
+from gnn_faas.traces.sim_gate import FusedGate
 from gnn_faas.traces.sim_pools import (
     COLD,
     DISPATCHED,
@@ -168,6 +169,8 @@ class GatewaySim:
         self.requests = _Ordered(4, self._emit_requests, n)
         self.invocations = _Ordered(2 * len(self.stages), self._emit_invocations)
         self.vertex_sets = stream.sets.views()
+        # an arrival the gate dispatches alone: BufferPoolState.submit_alone in one call
+        self.alone = FusedGate(state).alone if state is not None and self.fused else None
 
     def _stages(self, policy_cls, ratio: float | None) -> list:
         """The pools an execution passes through (one of pairs, or memory then
@@ -224,7 +227,7 @@ class GatewaySim:
         hand_off = STAGE0 + STAGE_WIDTH + READY_AT  # the compute stage's ready time
         pop = heapq.heappop
         sets, sizes, slo = self.vertex_sets, self.stream.sets.sizes_list(), self.slo
-        alone = state.submit_alone if state is not None and self.fused else None
+        alone = self.alone
         n, k = len(arrivals), 0
         a = arrivals[0] if n else until
         while True:

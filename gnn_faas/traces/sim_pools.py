@@ -38,6 +38,7 @@ from gnn_faas.scheduler.function_pool import IDLE, WAIT_EWMA, LaunchBudget, Load
 
 READY, DONE = 0, 1
 INF = math.inf
+_push = heapq.heappush
 
 # an execution in flight: [request ids, rows, dispatched at, mean buffer wait,
 # sharing degree, then per stage: ready at, service, start, end, cold]
@@ -368,7 +369,7 @@ class FusedPool:
             self.last_end = end
         if self.reader is not None:
             self.reader.call(s.id, now)
-        heapq.heappush(self.events, (end, next(self.seq), DONE, self, s))
+        _push(self.events, (end, next(self.seq), DONE, self, s))
         if self.last:
             self.sim.complete(e, rec)
 
