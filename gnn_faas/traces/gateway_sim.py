@@ -56,9 +56,7 @@ from gnn_faas.traces.sim_pools import (
 from gnn_faas.traces.tandem import TandemRun
 
 INF = math.inf
-CHUNK_BITS = 15
-CHUNK = 1 << CHUNK_BITS  # requests (and executions) per chunk handed to the sink
-SLOT = CHUNK - 1  # i & SLOT, i >> CHUNK_BITS: divmod(i, CHUNK) of an index i >= 0
+CHUNK = 1 << 15  # requests (and executions) per chunk handed to the sink (a power of 2)
 
 
 class RunSink(Protocol):
@@ -169,6 +167,9 @@ class GatewaySim:
         self.requests = _Ordered(4, self._emit_requests, n)
         self.invocations = _Ordered(2 * len(self.stages), self._emit_invocations)
         self.vertex_sets = stream.sets.views()
+        # divmod(i, CHUNK) of an index i >= 0 as (i >> bits, i & slot)
+        self.bits, self.slot = CHUNK.bit_length() - 1, CHUNK - 1
+        assert 1 << self.bits == CHUNK, "CHUNK must be a power of 2"
         # an arrival the gate dispatches alone: BufferPoolState.submit_alone in one call
         self.alone = FusedGate(state).alone if state is not None and self.fused else None
 
@@ -337,7 +338,8 @@ class GatewaySim:
     def complete(self, e: int, rec: list) -> None:
         """Execution ``e``'s last stage started: its requests' results are known."""
         end = rec[STAGE0 + STAGE_WIDTH * self.last_stage + END]
-        k, slot = e >> CHUNK_BITS, e & SLOT
+        bits, mask = self.bits, self.slot
+        k, slot = e >> bits, e & mask
         inv = self.invocations
         c = inv.chunks.get(k) or inv.chunk(k)
         if self.two:
@@ -355,7 +357,7 @@ class GatewaySim:
         dispatched, sharing = rec[DISPATCHED], rec[SHARING]
         chunks = req.chunks
         for i in rec[IDS]:
-            k, j = i >> CHUNK_BITS, i & SLOT
+            k, j = i >> bits, i & mask
             c = chunks.get(k) or req.chunk(k)
             _, c_done, c_cold, c_dispatched, c_sharing = c
             c_done[j] = end
