@@ -33,6 +33,7 @@ import numpy as np
 
 from gnn_faas.gateway.sharing import union_sharing_degree
 
+_exp = math.exp  # (one lookup: the simulator observes every arrival)
 FEATURES = ("R", "S", "N", "Q", "K")
 REASONS = (
     "timeout",
@@ -109,10 +110,13 @@ class ArrivalRate:
 
     def observed(self, t: float) -> float:
         """The value an arrival at ``t`` leaves (what :meth:`rate` reads at ``t`` after it)."""
-        if self._last is None:
-            return 0.0 + 1.0 / self.time_constant_s
+        last = self._last
         tc = self.time_constant_s
-        return self._value * math.exp(-max(0.0, t - self._last) / tc) + 1.0 / tc
+        if last is None:
+            return 0.0 + 1.0 / tc
+        d = t - last
+        # max(0.0, d) as a comparison (max returns its first argument unless d > 0)
+        return self._value * _exp(-(d if d > 0.0 else 0.0) / tc) + 1.0 / tc
 
     def rate(self, now: float) -> float:
         if self._last is None:

@@ -143,10 +143,15 @@ class WorkConservingGate:
         answer), ``queued_s`` of it in the function pools' queues; its requests
         had waited ``mean_wait_s`` in their buffer."""
         # (runs once per execution in the simulator's day-long replays: plain
-        # Python on locals, the same operations in the same order)
-        self.in_flight = max(0, self.in_flight - 1)
+        # Python on locals, comparisons where builtin min/max would be called,
+        # each written as min/max decides (the first argument on a tie or NaN):
+        # the same operations in the same order, tests/gateway/test_buffer_pool_golden.py)
+        f = self.in_flight - 1
+        self.in_flight = f if f > 0 else 0  # max(0, F - 1)
         self.executions += 1
-        k = max(int(requests), 1)
+        k = int(requests)
+        if k < 1:  # max(k, 1)
+            k = 1
         weight = _WEIGHTS[k] if k < _TABLE else 1.0 - (1.0 - EWMA_WEIGHT) ** k
         service = float(duration_s) - float(queued_s)
         if service < 0.0:
@@ -162,18 +167,22 @@ class WorkConservingGate:
             singles.values[singles.n % singles.size] = service
             singles.n += 1
         else:
-            recent.add(latency, min(k, recent.size))
+            recent.add(latency, recent.size if recent.size < k else k)  # min(k, size)
         if self.executions % QUANTILE_EVERY == 0:
             self.p99_s = recent.p99()
             self.single_p99_s = self.singles.p99() if self.singles.full else math.inf
         if self.max_concurrency is not None and self.objective.name == "balanced":
-            bound = 1.0 + self.objective.slack
-            error = max(
-                self.latency_s - bound * single,
-                self.p99_s - bound * self.single_p99_s,
-            ) / max(single, 1e-6)
+            bound = 1.0 + self.objective.latency_slack  # (1 + s): balanced's slack
+            over_mean = self.latency_s - bound * single
+            over_p99 = self.p99_s - bound * self.single_p99_s
+            error = (over_p99 if over_p99 > over_mean else over_mean) / (
+                1e-6 if single < 1e-6 else single
+            )
             c = self.concurrency + GAIN * error
-            self.concurrency = min(max(c, 1.0), float(self.max_concurrency))
+            if c < 1.0:  # min(max(c, 1), C_max)
+                c = 1.0
+            cap = float(self.max_concurrency)
+            self.concurrency = cap if cap < c else c
 
     def as_dict(self) -> dict:
         return {
@@ -220,17 +229,18 @@ class _Window:
 def percentile99(x: np.ndarray) -> float:
     """``np.percentile(x, 99)`` (method ``linear``, ``x`` without NaN), without
     its generality: the two order statistics around ``(n − 1)·0.99`` by one
-    partition, interpolated as numpy's ``_lerp`` does (``a + (b − a)·γ``, or
-    ``b − (b − a)·(1 − γ)`` for ``γ >= 0.5``). The gate asks every
-    ``QUANTILE_EVERY`` executions, where numpy's own call costs more than the
-    partition."""
+    partition at the lower (the upper is the least value above it: a fifth of a
+    2,000-value window's second selection's cost), interpolated as numpy's
+    ``_lerp`` does (``a + (b − a)·γ``, or ``b − (b − a)·(1 − γ)`` for ``γ >=
+    0.5``). The gate asks every ``QUANTILE_EVERY`` executions, where numpy's own
+    call costs more than the partition."""
     n = x.size
     virtual = (n - 1) * np.true_divide(99, 100)
     lo = int(np.floor(virtual))
     if virtual >= n - 1:
         return float(np.partition(x, n - 1)[n - 1])
-    part = np.partition(x, [lo, lo + 1])
-    a, b = part[lo], part[lo + 1]
+    part = np.partition(x, lo)
+    a, b = part[lo], part[lo + 1 :].min()
     gamma = virtual - np.floor(virtual)
     diff = b - a
     return float(b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma)
@@ -256,11 +266,19 @@ class _LineFit:
     def add_at_one(self, x: float, y: float, weight: float) -> float:
         """:meth:`add`, then :meth:`at` ``(1.0)`` (cached as ``at`` caches it)."""
         keep = 1.0 - weight
-        self.sx = keep * self.sx + weight * x
-        self.sy = keep * self.sy + weight * y
-        self.sxx = keep * self.sxx + weight * x * x
-        self.sxy = keep * self.sxy + weight * x * y
-        self._at_one = one = self._at(1.0)
+        self.sx = sx = keep * self.sx + weight * x
+        self.sy = sy = keep * self.sy + weight * y
+        self.sxx = sxx = keep * self.sxx + weight * x * x
+        self.sxy = sxy = keep * self.sxy + weight * x * y
+        # _at(1.0) on the locals, max(v, 0.0) as a comparison
+        var = sxx - sx * sx
+        beta = (sxy - sx * sy) / var if var > 1e-9 else 0.0
+        if beta < 0.0:
+            beta = 0.0
+        one = sy + beta * (1.0 - sx)
+        if one < 0.0:
+            one = 0.0
+        self._at_one = one
         return one
 
     def at(self, x: float) -> float:

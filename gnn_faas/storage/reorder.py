@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse import csgraph
 
 from gnn_faas.errors import InvalidRequest
 
@@ -71,6 +70,8 @@ def reorder_permutation(indptr: np.ndarray, indices: np.ndarray, method: str) ->
         del s
         return community_order(w, _louvain(w, loops))
     if method == "rcm":
+        from scipy.sparse import csgraph  # (lazy: it loads scipy.linalg, ~0.1 s)
+
         return csgraph.reverse_cuthill_mckee(s, symmetric_mode=True).astype(np.int64)
     return _bfs_order(s)
 
@@ -242,6 +243,8 @@ def community_order(s: sp.csr_matrix, comm: np.ndarray) -> np.ndarray:
 
 
 def _bfs_order(s: sp.csr_matrix) -> np.ndarray:
+    from scipy.sparse import csgraph  # (lazy: see reorder_permutation)
+
     n = s.shape[0]
     ncomp, comp = csgraph.connected_components(s, directed=False)
     deg = np.diff(s.indptr)

@@ -36,6 +36,7 @@ from gnn_faas.scheduler.function_pool import LaunchBudget, LoadAwarePolicy
 from gnn_faas.traces.calibration import Calibration
 from gnn_faas.traces.instance_pool import PoolRun
 from gnn_faas.traces.request_stream import RequestStream
+from gnn_faas.traces.sim_gate import FusedGate
 from gnn_faas.traces.sim_pools import (
     COLD,
     DISPATCHED,
@@ -55,7 +56,7 @@ from gnn_faas.traces.sim_pools import (
 from gnn_faas.traces.tandem import TandemRun
 
 INF = math.inf
-CHUNK = 1 << 15  # requests (and executions) per chunk handed to the sink
+CHUNK = 1 << 15  # requests (and executions) per chunk handed to the sink (a power of 2)
 
 
 class RunSink(Protocol):
@@ -151,10 +152,11 @@ class GatewaySim:
         self.last_stage = len(self.stages) - 1
         self.stages[-1].last = True
         self.stages[0].reader = reader  # the stage that reads the graph (updates)
-        self.ratios = [1.0]
+        ratios = np.ones(1)
         if seed is not None and cal.samples:
-            self.ratios = cal.residual_ratios().tolist()
-        self.draws = _Draws(seed, len(self.ratios))
+            ratios = cal.residual_ratios()
+        self.draws = _Draws(seed, ratios)
+        self.two = len(self.stages) == 2
         self.a0, self.b0 = cal.exec_intercept_s, cal.exec_per_row_s
         self.executions = 0
         self.rows_total = 0
@@ -165,6 +167,11 @@ class GatewaySim:
         self.requests = _Ordered(4, self._emit_requests, n)
         self.invocations = _Ordered(2 * len(self.stages), self._emit_invocations)
         self.vertex_sets = stream.sets.views()
+        # divmod(i, CHUNK) of an index i >= 0 as (i >> bits, i & slot)
+        self.bits, self.slot = CHUNK.bit_length() - 1, CHUNK - 1
+        assert 1 << self.bits == CHUNK, "CHUNK must be a power of 2"
+        # an arrival the gate dispatches alone: BufferPoolState.submit_alone in one call
+        self.alone = FusedGate(state).alone if state is not None and self.fused else None
 
     def _stages(self, policy_cls, ratio: float | None) -> list:
         """The pools an execution passes through (one of pairs, or memory then
@@ -221,7 +228,7 @@ class GatewaySim:
         hand_off = STAGE0 + STAGE_WIDTH + READY_AT  # the compute stage's ready time
         pop = heapq.heappop
         sets, sizes, slo = self.vertex_sets, self.stream.sets.sizes_list(), self.slo
-        alone = state.submit_alone if state is not None and self.fused else None
+        alone = self.alone
         n, k = len(arrivals), 0
         a = arrivals[0] if n else until
         while True:
@@ -292,13 +299,13 @@ class GatewaySim:
             self.max_members = len(ids)
         draws = self.draws
         k = e - draws.base
-        if k >= len(draws.block):
+        if k >= draws.size:
             draws.refill(e)
-            k = e - draws.base
-        t = (self.a0 + self.b0 * union) * self.ratios[draws.block[k]]
+            k = 0
+        t = (self.a0 + self.b0 * union) * draws.block[k]
         s0 = self.shares[0]
         first = t * s0
-        if len(self.stages) == 2:
+        if self.two:
             s1 = self.shares[1]
             rest = t * s1 if self.tandem else (first / s0) * s1
         else:
@@ -315,7 +322,7 @@ class GatewaySim:
         if state is None or self.tandem:
             return
         queued = rec[STAGE0 + START] - rec[STAGE0 + READY_AT]
-        if len(self.stages) == 2:
+        if self.two:
             b = STAGE0 + STAGE_WIDTH
             queued += rec[b + START] - rec[b + READY_AT]
         if self.fused and not state.location:  # no buffer open: none to release
@@ -331,10 +338,11 @@ class GatewaySim:
     def complete(self, e: int, rec: list) -> None:
         """Execution ``e``'s last stage started: its requests' results are known."""
         end = rec[STAGE0 + STAGE_WIDTH * self.last_stage + END]
-        k, slot = divmod(e, CHUNK)
+        bits, mask = self.bits, self.slot
+        k, slot = e >> bits, e & mask
         inv = self.invocations
         c = inv.chunks.get(k) or inv.chunk(k)
-        if len(self.stages) == 2:
+        if self.two:
             m, n = STAGE0, STAGE0 + STAGE_WIDTH
             cold = rec[m + COLD] or rec[n + COLD]
             c[1][slot], c[2][slot] = rec[m + START], rec[m + END]
@@ -347,13 +355,15 @@ class GatewaySim:
             inv.done(k)
         req = self.requests
         dispatched, sharing = rec[DISPATCHED], rec[SHARING]
+        chunks = req.chunks
         for i in rec[IDS]:
-            k, j = divmod(i, CHUNK)
-            c = req.chunks.get(k) or req.chunk(k)
-            c[1][j] = end
-            c[2][j] = cold
-            c[3][j] = dispatched
-            c[4][j] = sharing
+            k, j = i >> bits, i & mask
+            c = chunks.get(k) or req.chunk(k)
+            _, c_done, c_cold, c_dispatched, c_sharing = c
+            c_done[j] = end
+            c_cold[j] = cold
+            c_dispatched[j] = dispatched
+            c_sharing[j] = sharing
             c[0] -= 1
             if c[0] == 0:
                 req.done(k)
@@ -406,23 +416,25 @@ class GatewayResult:
 
 
 class _Draws:
-    """Per execution, which measured ratio scales its service time: the
-    sequence ``default_rng(seed).integers(0, k, n)`` would give, drawn in
-    blocks as executions come (numpy draws these the same in blocks):
-    execution ``e``'s is ``block[e − base]``."""
+    """Per execution, the measured ratio that scales its service time:
+    ``ratios[i]`` for ``i`` the sequence ``default_rng(seed).integers(0, k, n)``
+    would give, drawn in blocks as executions come (numpy draws these the same
+    in blocks): execution ``e``'s is ``block[e − base]``."""
 
     BLOCK = 1 << 16
 
-    def __init__(self, seed: int | None, k: int):
+    def __init__(self, seed: int | None, ratios: np.ndarray):
         self.rng = np.random.default_rng(seed)
-        self.k = k
-        self.block: list[int] = []
+        self.ratios = np.asarray(ratios, dtype=np.float64)
+        self.block: list[float] = []
+        self.size = 0
         self.base = 0
 
     def refill(self, e: int) -> None:
         """The next block (``e``: the first execution past the current one)."""
-        self.base += len(self.block)
-        self.block = self.rng.integers(0, self.k, self.BLOCK).tolist()
+        self.base += self.size
+        self.block = self.ratios[self.rng.integers(0, self.ratios.size, self.BLOCK)].tolist()
+        self.size = len(self.block)
         assert self.base == e
 
 

@@ -38,6 +38,7 @@ from gnn_faas.scheduler.function_pool import IDLE, WAIT_EWMA, LaunchBudget, Load
 
 READY, DONE = 0, 1
 INF = math.inf
+_push = heapq.heappush
 
 # an execution in flight: [request ids, rows, dispatched at, mean buffer wait,
 # sharing degree, then per stage: ready at, service, start, end, cold]
@@ -215,6 +216,9 @@ class FusedPool:
                  budget: FusedBudget | None):  # fmt: skip
         cal = sim.cal
         self.sim, self.stage, self.base = sim, stage, STAGE0 + STAGE_WIDTH * stage
+        b = self.base  # this stage's fields of an execution's record
+        self.o_ready, self.o_service, self.o_start = b + READY_AT, b + SERVICE, b + START
+        self.o_end, self.o_cold = b + END, b + COLD
         self.events, self.seq, self.flight = sim.events, sim.seq, sim.flight
         self.last = False
         self.reader: Any = None
@@ -243,7 +247,6 @@ class FusedPool:
         self.warm_at: list[float] = []  # per instance id (nan until ready)
         self.last_end = 0.0
         self.s_raw = self.s_wt = self.s_mean = 0.0  # S̄ (never reset)
-        self.s_n = 0
         self._afresh(0)
         for _ in range(cal.min_instances):
             s = self._new(0.0)
@@ -300,11 +303,15 @@ class FusedPool:
             self._expire(now)
         insts = self.insts
         if self.reaps:
-            # (the surplus rule's first tests here: most submits end at them)
+            # (_surplus and _remove in place: this runs at most submits)
             if len(insts) >= 2 and insts[-1].state == _IDLE and self.f_n >= self.min_evidence:
-                s = self._surplus()
-                if s is not None and self._remove(s):
-                    self.stop[s.id] = now
+                s = insts[-1]
+                if not (self.pending or self.launching or s.queue):
+                    wt = self.f_wt
+                    fewer = self.f_raw / wt if wt > 0 else 0.0  # Ŵ
+                    if not fewer >= self.reap_margin * self.budget.share_s(self):  # type: ignore[union-attr]
+                        self._remove(s)  # (idle, nothing queued: removed)
+                        self.stop[s.id] = now
             if self.f_free and e not in self.f_arrival:  # the one-fewer replay's arrival
                 self.f_arrival[e] = now
                 self.f_order.append(e)
@@ -346,22 +353,23 @@ class FusedPool:
     def _start(self, s: _Inst, e: int, now: float) -> None:
         s.state, s.current, s.since = _BUSY, e, now
         rec = self.flight[e]
-        b = self.base
-        ready_at = rec[b + READY_AT]
-        wait = now - ready_at
-        if not wait > 0.0:
-            wait = 0.0
-        self.w_n += 1
-        self.w_raw += WAIT_EWMA * (wait - self.w_raw)
-        self.w_wt += WAIT_EWMA * (1.0 - self.w_wt)
-        rec[b + START] = now
-        rec[b + END] = end = now + rec[b + SERVICE]
-        rec[b + COLD] = self.spawn[s.id] >= ready_at and now == self.warm_at[s.id]
+        ready_at = rec[self.o_ready]
+        if self.reaps:  # W̄ (read only under a launch budget: _worth)
+            wait = now - ready_at
+            if not wait > 0.0:
+                wait = 0.0
+            self.w_n += 1
+            self.w_raw += WAIT_EWMA * (wait - self.w_raw)
+            self.w_wt += WAIT_EWMA * (1.0 - self.w_wt)
+        rec[self.o_start] = now
+        rec[self.o_end] = end = now + rec[self.o_service]
+        iid = s.id
+        rec[self.o_cold] = self.spawn[iid] >= ready_at and now == self.warm_at[iid]
         if end > self.last_end:
             self.last_end = end
         if self.reader is not None:
             self.reader.call(s.id, now)
-        heapq.heappush(self.events, (end, next(self.seq), DONE, self, s))
+        _push(self.events, (end, next(self.seq), DONE, self, s))
         if self.last:
             self.sim.complete(e, rec)
 
@@ -398,11 +406,10 @@ class FusedPool:
     def done(self, s: _Inst, t: float) -> int:
         e = s.current
         service = t - s.since
-        self.s_n += 1
-        self.s_raw += WAIT_EWMA * (service - self.s_raw)
+        self.s_raw = raw = self.s_raw + WAIT_EWMA * (service - self.s_raw)
         self.s_wt = wt = self.s_wt + WAIT_EWMA * (1.0 - self.s_wt)
-        self.s_mean = _mean(self.s_raw, wt)
-        if self.budget is not None and e in self.f_arrival:
+        self.s_mean = raw / wt if wt > 0 else 0.0  # _mean(raw, wt)
+        if self.reaps and e in self.f_arrival:
             self.f_service[e] = service
             self._replay()
         if self.queued or self.pending:
@@ -418,8 +425,11 @@ class FusedPool:
         while order and order[0] in service:
             it = order.popleft()
             a, x = arrival.pop(it), service.pop(it)
-            k = free.index(min(free))
-            f = free[k]
+            if len(free) == 1:
+                k, f = 0, free[0]
+            else:  # the instance free first (the first of a tie)
+                f = min(free)
+                k = free.index(f)
             start = f if f > a else a
             free[k] = start + x
             self.f_n += 1

@@ -65,6 +65,12 @@ def load_trace(name: str, args: argparse.Namespace) -> Trace:
     elif name == "twitter":
         if args.raw_hour:
             trace = twitter.load_raw_hour(args.trace_file, speedup=args.speedup)
+        elif (window := _window(args)) is not None:  # only the window's seconds
+            start, length, warm = window
+            w = twitter.load_window(start, length, args.trace_file, warmup_s=warm,
+                                    spread_method=args.spread or "uniform", seed=args.seed,
+                                    speedup=args.speedup)  # fmt: skip
+            return _measured(w, name)
         else:
             trace = twitter.load_day(
                 args.trace_file,
@@ -86,9 +92,25 @@ def load_trace(name: str, args: argparse.Namespace) -> Trace:
         return trace
     if args.minutes <= 0 or args.start_minute < 0:
         raise InvalidRequest("--minutes must be positive and --start-minute >= 0")
+    start, length, warm = _window(args)  # type: ignore[misc]  (the checks above passed)
+    return _measured(trace.window(start, length, warmup_s=warm), name)
+
+
+def _window(args: argparse.Namespace) -> tuple[float, float, float] | None:
+    """``(start, length, warm-up)`` in seconds of the window the arguments ask
+    for (as :func:`load_trace` cuts it), or None: the whole trace, or
+    arguments it refuses."""
+    warmup = float(getattr(args, "warmup", 0.0) or 0.0)
+    if args.day or getattr(args, "days", None) is not None or warmup < 0:
+        return None
+    if args.minutes <= 0 or args.start_minute < 0:
+        return None
     start = args.start_minute * 60.0
     warm = min(warmup, start)  # as much of it as the trace holds before the window
-    w = trace.window(start - warm, args.minutes * 60.0 + warm, warmup_s=warm)
+    return start - warm, args.minutes * 60.0 + warm, warm
+
+
+def _measured(w: Trace, name: str) -> Trace:
     if w.measured_requests == 0:
         raise InvalidRequest(f"no arrivals in that window of the {name} trace")
     return w

@@ -125,9 +125,14 @@ def spread(
     bin_s: float,
     method: str = "exponential",
     rng: np.random.Generator | None = None,
+    first_bin: int = 0,
 ) -> np.ndarray:
     """Arrival times (sorted) for ``counts[k]`` arrivals in bin ``[k·bin_s, (k+1)·bin_s)``
-    (see the module docstring for the three methods)."""
+    (see the module docstring for the three methods). ``first_bin``: the
+    counts are bins ``first_bin, first_bin + 1, ...`` of a longer trace; with
+    ``uniform`` and ``rng`` advanced past the earlier bins' draws the times are
+    those the whole trace gives these bins, bit for bit (each arrival takes
+    one draw, and the sort never moves one across a bin)."""
     if method not in SPREADS:
         raise InvalidRequest(f"unknown spread {method!r}; choose from {list(SPREADS)}")
     counts = np.asarray(counts, dtype=np.int64)
@@ -135,7 +140,7 @@ def spread(
         raise InvalidRequest("counts must be >= 0")
     rng = rng if rng is not None else np.random.default_rng(0)
     n = int(counts.sum())
-    bins = np.repeat(np.arange(counts.size), counts)
+    bins = np.repeat(np.arange(first_bin, first_bin + counts.size), counts)
     # position of each arrival inside its bin (0-based) and its bin's count
     starts = np.cumsum(counts) - counts
     j = np.arange(n) - np.repeat(starts, counts)

@@ -70,6 +70,44 @@ def load_day(
     )  # fmt: skip
 
 
+def load_window(
+    start_s: float,
+    duration_s: float,
+    path: str | Path | None = None,
+    *,
+    warmup_s: float = 0.0,
+    spread_method: str = "uniform",
+    seed: int = 0,
+    speedup: float = 1.0,
+) -> Trace:
+    """``load_day(...).window(start_s, duration_s, warmup_s)``, equal to it,
+    spreading only the seconds around the window: the generator skips the
+    draws of the seconds before them (``bit_generator.advance``, one draw per
+    arrival under ``uniform``; ``equidistant`` draws none). ``exponential``
+    draws a varying number per arrival, so it spreads the whole day."""
+    if spread_method == "exponential" or speedup <= 0:
+        day = load_day(path, spread_method=spread_method, seed=seed, speedup=speedup)
+        return day.window(start_s, duration_s, warmup_s)
+    counts = load_per_second(path)
+    # the seconds whose arrivals can fall in the window, one spare at each end
+    lo = min(max(int(np.floor(start_s * speedup)) - 1, 0), counts.size)
+    hi = min(max(int(np.ceil((start_s + duration_s) * speedup)) + 1, lo), counts.size)
+    rng = np.random.default_rng(seed)
+    if spread_method == "uniform":
+        rng.bit_generator.advance(int(counts[:lo].sum()))
+    t = spread(counts[lo:hi], 1.0, spread_method, rng, first_bin=lo)
+    part = Trace(
+        name="twitter",
+        arrivals=compress(t, speedup),
+        function=np.zeros(t.size, np.int32),
+        functions=("twitter",),
+        duration_s=counts.size / speedup,
+        meta={"file": str(path or shared_datasets_dir() / TRACE_FILE), "seed": seed,
+              "spread": spread_method, "speedup": speedup},
+    )  # fmt: skip
+    return part.window(start_s, duration_s, warmup_s)
+
+
 def load_raw_hour(path: str | Path | None = None, *, speedup: float = 1.0) -> Trace:
     """The raw hour: arrival ``i`` at the sum of the first ``i`` inter-arrival times."""
     p = Path(path) if path else shared_datasets_dir() / RAW_HOUR_FILE

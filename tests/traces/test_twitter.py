@@ -47,3 +47,28 @@ def test_a_raw_hour_given_as_the_day_points_to_raw_hour(tmp_path):
     with pytest.raises(TraceFormatError) as err:
         twitter.load_per_second(p)
     assert "--raw-hour" in str(err.value) and "pickle" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "start_s, duration_s, warmup_s, spread, speedup",
+    [
+        (0.0, 7200.0, 0.0, "uniform", 1.0),  # the two-hour window from midnight
+        (27_000.0, 360.0, 60.0, "uniform", 1.0),  # mid-day, after a warm-up
+        (1234.5, 77.25, 0.0, "uniform", 1.0),  # edges inside seconds
+        (600.0, 90.0, 0.0, "uniform", 3.0),  # compressed time
+        (84_500.0, 2000.0, 0.0, "uniform", 1.0),  # running past the end of the day
+        (5000.0, 30.0, 0.0, "equidistant", 1.0),
+        (5000.0, 30.0, 0.0, "exponential", 1.0),
+    ],
+)
+def test_a_window_is_the_days_window(start_s, duration_s, warmup_s, spread, speedup):
+    """Spreading only the window's seconds gives the day's window bit for bit."""
+    day = twitter.load_day(spread_method=spread, seed=3, speedup=speedup)
+    want = day.window(start_s, duration_s, warmup_s)
+    got = twitter.load_window(start_s, duration_s, warmup_s=warmup_s, spread_method=spread,
+                              seed=3, speedup=speedup)  # fmt: skip
+    assert got.requests > 0
+    np.testing.assert_array_equal(got.arrivals, want.arrivals)
+    np.testing.assert_array_equal(got.function, want.function)
+    assert (got.name, got.functions, got.duration_s, got.meta) == (
+        want.name, want.functions, want.duration_s, want.meta)  # fmt: skip
