@@ -59,15 +59,7 @@ def load_day(
     count spread inside its second."""
     counts = load_per_second(path)
     t = spread(counts, 1.0, spread_method, np.random.default_rng(seed))
-    return Trace(
-        name="twitter",
-        arrivals=compress(t, speedup),
-        function=np.zeros(t.size, np.int32),
-        functions=("twitter",),
-        duration_s=counts.size / speedup,
-        meta={"file": str(path or shared_datasets_dir() / TRACE_FILE), "seed": seed,
-              "spread": spread_method, "speedup": speedup},
-    )  # fmt: skip
+    return _trace(t, counts.size, path, spread_method, seed, speedup)
 
 
 def load_window(
@@ -96,16 +88,21 @@ def load_window(
     if spread_method == "uniform":
         rng.bit_generator.advance(int(counts[:lo].sum()))
     t = spread(counts[lo:hi], 1.0, spread_method, rng, first_bin=lo)
-    part = Trace(
+    part = _trace(t, counts.size, path, spread_method, seed, speedup)
+    return part.window(start_s, duration_s, warmup_s)
+
+
+def _trace(t, seconds: int, path, spread_method: str, seed: int, speedup: float) -> Trace:
+    """The day's trace of arrival times ``t`` (seconds of the uncompressed day)."""
+    return Trace(
         name="twitter",
         arrivals=compress(t, speedup),
         function=np.zeros(t.size, np.int32),
         functions=("twitter",),
-        duration_s=counts.size / speedup,
+        duration_s=seconds / speedup,
         meta={"file": str(path or shared_datasets_dir() / TRACE_FILE), "seed": seed,
               "spread": spread_method, "speedup": speedup},
     )  # fmt: skip
-    return part.window(start_s, duration_s, warmup_s)
 
 
 def load_raw_hour(path: str | Path | None = None, *, speedup: float = 1.0) -> Trace:

@@ -105,9 +105,12 @@ def test_a_paced_stream_posts_its_rate_in_edges_short_batches_included(monkeypat
     monkeypatch.setattr(uw, "time", clock)
     sent: list[tuple[float, int]] = []
 
+    posters: list = []
+
     class Poster:
         def __init__(self, url, timeout_s):
-            pass
+            self.url, self.open = url, True
+            posters.append(self)
 
         def post(self, path, body, headers):
             n = json.loads(body)
@@ -115,7 +118,7 @@ def test_a_paced_stream_posts_its_rate_in_edges_short_batches_included(monkeypat
             return 200, {"version": len(sent)}
 
         def close(self):
-            pass
+            self.open = False
 
     monkeypatch.setattr(uw, "Poster", Poster)
     cycle = EdgeCycle(np.arange(14).reshape(7, 2), batch=3, cycle="add-remove")
@@ -125,6 +128,7 @@ def test_a_paced_stream_posts_its_rate_in_edges_short_batches_included(monkeypat
     before = np.concatenate([[0], np.cumsum([n for _, n in sent])[:-1]])
     assert [t - 100.0 for t, _ in sent] == pytest.approx(before / 2.0)
     assert sum(a.edges for a in acks) == 14
+    assert [(p.url, p.open) for p in posters] == [("http://x", False)]  # one connection, closed
 
 
 def test_a_batch_body_is_oip_binary_or_json():

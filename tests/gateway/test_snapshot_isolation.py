@@ -28,12 +28,12 @@ pytestmark = pytest.mark.slow
 GCN = {"arch": "gcn", "hidden_dim": 16, "out_dim": 2, "num_layers": 2, "num_classes": 2}
 
 
-@pytest.fixture(scope="module")
-def plane(tmp_path_factory):
-    root = tmp_path_factory.mktemp("isolation")
+def start_plane(root, mode: str, seed: int):
+    """A data plane serving a GCN on Bitcoin OTC in ``mode`` (real function
+    processes, updates allowed, read-your-writes), ready: ``(plane, graph, ckpt)``."""
     store = f"file://{root / 'store'}"
     graph = ensure_dataset(store, "bitcoin-otc")
-    checkpoint_with_reference(graph, root / "ckpt", seed=9, **GCN)
+    checkpoint_with_reference(graph, root / "ckpt", seed=seed, **GCN)
     config = from_dict(
         ServingConfig,
         {
@@ -43,16 +43,22 @@ def plane(tmp_path_factory):
             "platform": {"memory_function_mb": 256, "compute_function_mb": 512,
                          "max_memory_instances": 1, "max_compute_instances": 1},
             "models": [{"name": "m", "graph": "bitcoin-otc", "dataset": "bitcoin-otc",
-                        "checkpoint": str(root / "ckpt"), "mode": "no_sharing"}],
+                        "checkpoint": str(root / "ckpt"), "mode": mode}],
         },
     )  # fmt: skip
     dp = DataPlane(config)
     dp.start()
     deadline = time.monotonic() + 120
-    while not dp.ready():
+    while not dp.ready():  # polled: the function processes start
         assert time.monotonic() < deadline, "functions not ready"
         time.sleep(0.2)
-    yield dp, graph, root / "ckpt"
+    return dp, graph, root / "ckpt"
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory):
+    dp, graph, ckpt = start_plane(tmp_path_factory.mktemp("isolation"), "no_sharing", seed=9)
+    yield dp, graph, ckpt
     dp.shutdown()
 
 

@@ -17,43 +17,19 @@ from concurrent.futures import Future
 import numpy as np
 import pytest
 
-from gnn_faas.config import ServingConfig, from_dict
-from gnn_faas.gateway.data_plane import DataPlane
 from gnn_faas.gateway.execution import InferenceJob
-from gnn_faas.storage.datasets import ensure_dataset
 from gnn_faas.storage.fetcher import FetchStats
 from gnn_faas.traces.replay import vertex_request
-from tests.gateway.test_snapshot_isolation import GCN, current_graph
-from tests.pyg_reference import checkpoint_with_reference, pyg_outputs
+from tests.gateway.test_snapshot_isolation import current_graph, start_plane
+from tests.pyg_reference import pyg_outputs
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory):
-    root = tmp_path_factory.mktemp("moves")
-    store = f"file://{root / 'store'}"
-    graph = ensure_dataset(store, "bitcoin-otc")
-    checkpoint_with_reference(graph, root / "ckpt", seed=5, **GCN)
-    config = from_dict(
-        ServingConfig,
-        {
-            "store": store,
-            "gateway": {"admission": False},
-            "graphs": {"write_token": "t", "freshness_s": 0, "compact_share": 0},
-            "platform": {"memory_function_mb": 256, "compute_function_mb": 512,
-                         "max_memory_instances": 1, "max_compute_instances": 1},
-            "models": [{"name": "m", "graph": "bitcoin-otc", "dataset": "bitcoin-otc",
-                        "checkpoint": str(root / "ckpt"), "mode": "graph_sharing"}],
-        },
-    )  # fmt: skip
-    dp = DataPlane(config)
-    dp.start()
-    deadline = time.monotonic() + 120
-    while not dp.ready():
-        assert time.monotonic() < deadline, "functions not ready"
-        time.sleep(0.2)
-    yield dp, graph, root / "ckpt"
+    dp, graph, ckpt = start_plane(tmp_path_factory.mktemp("moves"), "graph_sharing", seed=5)
+    yield dp, graph, ckpt
     dp.shutdown()
 
 
