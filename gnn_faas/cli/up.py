@@ -126,7 +126,9 @@ def _up(args: argparse.Namespace) -> int:
 
         configure_logging(args.log_level)
         # resident structures come from the master (forked, not read again)
-        plane = DataPlane(config, structures=structures)
+        # commits run in a child process: a batch's work stays off the serving
+        # process's interpreter lock (gateway/graph_writer.py)
+        plane = DataPlane(config, structures=structures, writer_process=True)
         holder["plane"] = plane
         plane.start()
         return create_gateway_app(plane)

@@ -28,6 +28,7 @@ answer its request id (W3C ``traceparent``, continued from the client's).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 
@@ -47,6 +48,7 @@ log = logging.getLogger("gnn_faas.gateway")
 # POST /v2/models/{m}[/versions/{v}]/infer, as the dispatcher matches it (Flask's
 # default converter: one path segment each)
 INFER_PATH = r"/v2/models/(?P<name>[^/]+)(?:/versions/(?P<version>[^/]+))?/infer"
+UPDATES_PATH = r"/v2/graphs/(?P<graph>[^/]+)/updates"
 
 
 def create_gateway_app(plane: DataPlane) -> Flask:
@@ -154,6 +156,14 @@ def add_graph_routes(app: Flask, plane: DataPlane) -> None:
     def graph_updates(graph: str):
         raw = RawInferRequest(request_body(), request.headers.get(HEADER_LENGTH))
         return jsonify(plane.updates.update(graph, raw, request.headers.get("Authorization")))
+
+    def updates_from_bytes(params: dict, body: bytes, headers) -> tuple[bytes, dict]:
+        # a writer's batches skip Flask too: its work per batch is taken from serving
+        raw = RawInferRequest(body, headers.get(HEADER_LENGTH.lower()))
+        answer = plane.updates.update(params["graph"], raw, headers.get("authorization"))
+        return json.dumps(answer).encode(), {"Content-Type": "application/json"}
+
+    body_route(app, UPDATES_PATH, updates_from_bytes)
 
 
 def add_infer_routes(app: Flask, runtime) -> None:

@@ -690,8 +690,20 @@ def open_versions(
     resident or chunk-cached (``preloaded``: one already verified, used when it
     is the current base's), its fetcher kept per base (``.fetchers``,
     ``.structures``, by prefix)."""
-    backend = open_backend(serving.store)
     budget = int(serving.gateway.structure_budget_mb * 2**20)
+    return versions_on(serving.store, name, budget, serving.graphs.freshness_s, preloaded=preloaded)
+
+
+def versions_on(
+    store: str,
+    name: str,
+    budget_bytes: int,
+    freshness_s: float = 1.0,
+    preloaded: Structure | None = None,
+) -> GraphVersions:
+    """:func:`open_versions` from the store's URI and the structure budget (the
+    graph writer process opens its graphs so: gateway/graph_writer.py)."""
+    backend = open_backend(store)
     fetchers: dict[str, KHopFetcher] = {}
     structures: dict[str, Structure] = {}
 
@@ -700,13 +712,13 @@ def open_versions(
         if preloaded is not None and preloaded.prefix == prefix and preloaded.resident:
             structure = preloaded
         else:
-            structure = open_structure(graph, budget)
+            structure = open_structure(graph, budget_bytes)
         log.info("graph %s (base %s): %s", name, prefix, structure.describe())
         fetcher = KHopFetcher(graph, structure=structure)
         fetchers[prefix], structures[prefix] = fetcher, structure
         return graph, fetcher.base_neighbours
 
-    versions = GraphVersions(backend, name, open_base, freshness_s=serving.graphs.freshness_s)
+    versions = GraphVersions(backend, name, open_base, freshness_s=freshness_s)
     versions.fetchers, versions.structures = fetchers, structures
     return versions
 
@@ -721,6 +733,7 @@ class DataPlane:
         platform=None,
         clock=None,
         structures: dict[str, Structure] | None = None,
+        writer_process: bool = False,
     ):
         self.serving = serving
         self.clock = clock or RealClock()
@@ -741,7 +754,7 @@ class DataPlane:
                 serving, m, self.platform, self.metrics, self.clock, self.graphs[m.graph]
             )
             self.metrics.add_model(m.name)
-        self.updates = GraphUpdates(serving, self.graphs, self.metrics)
+        self.updates = GraphUpdates(serving, self.graphs, self.metrics, writer_process)
         self.metrics.add_collector(self._gauges)
         self.metrics.add_collector(self._storage_reads)
         self.metrics.add_collector(store_health_families)
@@ -752,6 +765,7 @@ class DataPlane:
             rt.start()
         for versions in self.graphs.values():  # newer versions found within freshness_s
             versions.start()
+        self.updates.start()
         self._stop_keepalive = threading.Event()
         self._keepalive = threading.Thread(target=self._keepalive_loop, daemon=True)
         self._keepalive.start()

@@ -1,10 +1,13 @@
 """The gateway's graph endpoints: updates while serving, a graph's state, compaction.
 
 ``POST /v2/graphs/{graph}/updates`` (gateway/graph_updates.py) commits a batch
-as the next version (storage/versions.py) and answers it once it is durable;
-this gateway's next request runs on it (read-your-writes), other gateways'
-within ``graphs.freshness_s``. ``GET /v2/graphs/{graph}`` says the version,
-counts, the log's size and the last compaction. When a graph's log passes
+as the next version (storage/versions.py), in the gateway's writer process when
+it has one (gateway/graph_writer.py), and answers it once it is durable. Every
+gateway's requests run on it within ``graphs.freshness_s``, this one's too: it
+takes the version from the writer's answer at its next check, without a store
+read, a stream's versions in one merge. With ``freshness_s: 0`` this gateway's
+next request runs on it (read-your-writes). ``GET /v2/graphs/{graph}`` says the
+version, counts, the log's size and the last compaction. When a graph's log passes
 ``graphs.compact_share`` of its base, one compaction runs in the background
 (storage/compaction.py); serving goes on meanwhile, and the new base is
 picked up like any new version.
@@ -21,6 +24,7 @@ from prometheus_client import Counter, Gauge
 from gnn_faas.config import ServingConfig
 from gnn_faas.errors import NotFound
 from gnn_faas.gateway.graph_updates import check_token, parse_update
+from gnn_faas.gateway.graph_writer import WriterProcess
 from gnn_faas.gateway.inference_request import RawInferRequest
 from gnn_faas.gateway.metrics import GatewayMetrics
 from gnn_faas.storage.compaction import compact
@@ -33,11 +37,23 @@ class GraphUpdates:
     """Updates, state and compaction of the graphs a gateway serves."""
 
     def __init__(
-        self, serving: ServingConfig, graphs: dict[str, GraphVersions], metrics: GatewayMetrics
+        self,
+        serving: ServingConfig,
+        graphs: dict[str, GraphVersions],
+        metrics: GatewayMetrics,
+        writer_process: bool = False,
     ):
         self.serving = serving
         self.graphs = graphs
         self.config = serving.graphs
+        # commits in a child process (gateway/graph_writer.py), for the graphs that
+        # take writes; else in this one
+        writable = [g for g in graphs if self.config.token_of(g) is not None]
+        self.writer = (
+            WriterProcess(serving.store, writable, int(serving.gateway.structure_budget_mb * 2**20))
+            if writer_process and writable
+            else None
+        )
         r = metrics.registry
         self.batches = Counter(
             "gnn_faas_graph_update_batches", "Update batches, by outcome", ["graph", "outcome"],
@@ -74,7 +90,14 @@ class GraphUpdates:
         t0 = time.perf_counter()
         try:
             batch = parse_update(body, self.serving.limits, self.config.max_batch_ops)
-            rec, delta = gv.commit(batch)
+            if self.writer is not None:
+                rec, delta = self.writer.commit(graph, batch)
+                if gv.freshness_s <= 0:  # read-your-writes: this gateway's next request
+                    gv.adopt(rec, delta)
+                else:  # with the next check, merged with the versions offered meanwhile
+                    gv.offer(rec, delta)
+            else:
+                rec, delta = gv.commit(batch)
         except Exception:
             self.batches.labels(graph, "refused").inc()
             raise
@@ -156,6 +179,13 @@ class GraphUpdates:
             with self._lock:
                 self._compacting.pop(graph, None)
 
+    def start(self) -> None:
+        """Start the writer process (it opens the writable graphs meanwhile)."""
+        if self.writer is not None:
+            self.writer.start()
+
     def shutdown(self) -> None:
         for thread in list(self._compacting.values()):
             thread.join(timeout=60)
+        if self.writer is not None:
+            self.writer.close()

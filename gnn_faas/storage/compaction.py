@@ -138,7 +138,7 @@ def compact(
             commit=f"compaction-{folded}-{uuid.uuid4().hex[:12]}",
             last_compaction={"at": now(), "seconds": seconds, "version": folded},
         )
-        if publish(backend, new):
+        if publish(backend, new, hint=True):
             break
     # stored embeddings the folded log made stale: marked, recomputed until a refresh
     new_base = GraphHandle(backend, name, verify="none", prefix=prefix)

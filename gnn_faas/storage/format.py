@@ -445,27 +445,49 @@ def read_version(backend: StorageBackend, name: str, version: int) -> dict | Non
     return rec
 
 
-def latest_version(backend: StorageBackend, name: str) -> dict | None:
+def latest_version(backend: StorageBackend, name: str, known: int = 0) -> dict | None:
     """The newest version record of ``name``, or ``None`` for a graph never
-    updated (its version 0 is the graph as written). The hint names a recent
-    version; the versions after it are probed one by one (usually none)."""
+    updated (its version 0 is the graph as written). The search starts at the
+    hint (a recent version) or at ``known`` (one the caller knows exists) when
+    that is newer, and finds the newest after it by :func:`newest_after`."""
     try:
         v = int(backend.cat_file(f"{name}/{VERSIONS_DIR}/{VERSION_HINT}").decode().strip())
     except (BlobNotFound, ValueError, UnicodeDecodeError):
         v = 0
+    v = max(v, int(known))
     rec = read_version(backend, name, v) if v > 0 else None
-    if rec is None and v > 0:  # the hinted record already collected: the newest listed one
+    if rec is None and v > 0:  # that record already collected: the newest listed one
         listed = [
             int(k.rsplit("/", 1)[1][:-5])
             for k in backend.ls(f"{name}/{VERSIONS_DIR}/")
             if k.endswith(".json") and k.rsplit("/", 1)[1][:-5].isdigit()
         ]
         rec = read_version(backend, name, max(listed)) if listed else None
-    while True:
-        nxt = read_version(backend, name, (rec["version"] if rec else 0) + 1)
+    return newest_after(backend, name, rec)
+
+
+def newest_after(backend: StorageBackend, name: str, rec: dict | None) -> dict | None:
+    """The newest record from ``rec`` on (``None``: from version 0). Versions are
+    created in order, so those present past ``rec`` are a run: probed at
+    distances 1, 2, 4, ... until one is absent, then halved between the last
+    present and that one (``2 log2 n`` reads for ``n`` new versions, one when
+    none is new)."""
+    lo = rec["version"] if rec else 0
+    step, hi = 1, None
+    while hi is None:  # the run's end lies before lo + step
+        nxt = read_version(backend, name, lo + step)
         if nxt is None:
-            return rec
-        rec = nxt
+            hi = lo + step
+        else:
+            rec, lo, step = nxt, lo + step, step * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        nxt = read_version(backend, name, mid)
+        if nxt is None:
+            hi = mid
+        else:
+            rec, lo = nxt, mid
+    return rec
 
 
 def open_graph(store: StorageBackend | str, name: str, verify: str = "size") -> GraphHandle:

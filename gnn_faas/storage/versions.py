@@ -41,7 +41,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from gnn_faas.errors import CorruptBlob, TransientStorageError, Unavailable
+from gnn_faas.errors import CorruptBlob, InvalidRequest, TransientStorageError, Unavailable
 from gnn_faas.storage.backends.base import StorageBackend
 from gnn_faas.storage.delta import Delta, UpdateBatch
 from gnn_faas.storage.format import (
@@ -62,6 +62,7 @@ COMMIT_ATTEMPTS = 50  # versions a writer may lose the race for before it gives 
 COMMIT_PATIENCE_S = 30.0  # ...unless it has been trying for less than this
 BACKOFF_S = (0.001, 0.05)  # jittered wait after a lost race: first, most
 FULL_CHECK_S = 5.0  # a poller reads the hint (a full refresh) at least this often
+HINT_EVERY = 16  # a commit moves the hint at the versions divisible by this
 FOLD_SEGMENTS = 512  # segments read and folded at once: memory bounded, few merges
 SEGMENTS_PER_RECORD = 64  # segments one record lists; older ones: the record it points to
 
@@ -171,9 +172,13 @@ class VersionRecord:
         )
 
 
-def latest(backend: StorageBackend, name: str, base: GraphHandle | None = None) -> VersionRecord:
-    """The newest version of graph ``name`` (version 0 when it was never updated)."""
-    rec = latest_version(backend, name)
+def latest(
+    backend: StorageBackend, name: str, base: GraphHandle | None = None, known: int = 0
+) -> VersionRecord:
+    """The newest version of graph ``name`` (version 0 when it was never updated);
+    ``known``: a version the caller knows exists (the search starts there when
+    the hint is older)."""
+    rec = latest_version(backend, name, known)
     if rec is not None:
         return VersionRecord.from_dict(rec)
     if base is None:
@@ -186,9 +191,12 @@ def record(backend: StorageBackend, name: str, version: int) -> VersionRecord | 
     return None if rec is None else VersionRecord.from_dict(rec)
 
 
-def publish(backend: StorageBackend, rec: VersionRecord) -> bool:
+def publish(backend: StorageBackend, rec: VersionRecord, hint: bool | None = None) -> bool:
     """Create ``rec``'s record if its version is free (the commit point); then
-    move the hint forward (best effort: readers probe past a stale one).
+    move the hint forward (best effort: readers search past a stale one) when
+    ``hint``, by default at every :data:`HINT_EVERY`-th version: a hint written
+    with every commit would cost each one a third durable write, while a reader
+    finds the versions past it in a few reads (``format.latest_version``).
 
     A create that fails with an error (a timeout, a dropped connection) may have
     been applied all the same: the record is then read back, and it is this
@@ -202,6 +210,10 @@ def publish(backend: StorageBackend, rec: VersionRecord) -> bool:
         created = True
     if not created:
         return False
+    if hint is None:
+        hint = rec.version % HINT_EVERY == 0
+    if not hint:
+        return True
     try:
         backend.pipe_file(f"{rec.graph}/{VERSIONS_DIR}/{VERSION_HINT}", str(rec.version).encode())
     except Exception as exc:  # noqa: BLE001 - the version is committed; the hint may lag
@@ -281,6 +293,8 @@ class GraphVersions:
         self._commit_lock = threading.Lock()  # this process's writers queue here, then race others
         self._checked_at = 0.0
         self._full_at = 0.0
+        self._offered: list[tuple[VersionRecord, Delta]] = []  # see offer()
+        self._offer_lock = threading.Lock()
         self.applied_segments = 0
         rec = latest(backend, name)
         self.record = rec
@@ -308,7 +322,7 @@ class GraphVersions:
     def refresh(self) -> GraphState:
         """Catch up with the store's newest version (reads the hint and probes past it)."""
         checked = time.monotonic()
-        rec = latest(self.backend, self.name)
+        rec = latest(self.backend, self.name, known=self.state.version)
         if rec.version > self.state.version:
             self._advance(rec)
         self._checked_at = checked
@@ -319,6 +333,8 @@ class GraphVersions:
         newest known version (absent: done); a full :meth:`refresh` when it exists,
         and at least every :data:`FULL_CHECK_S` (a reader left behind past a
         compaction's grace period finds its next record collected)."""
+        if self._offered:
+            self._take_offered()
         checked = time.monotonic()
         recent = checked - self._full_at < FULL_CHECK_S
         if recent and record(self.backend, self.name, self.state.version + 1) is None:
@@ -378,7 +394,16 @@ class GraphVersions:
                     self.refresh()
                 attempt += 1
                 state, rec = self.state, self.record
-                delta = state.prepare(batch)
+                try:
+                    delta = state.prepare(batch)
+                except InvalidRequest:
+                    if attempt > 1:  # checked against the store's newest version
+                        raise
+                    # the optimistic try checked the batch against the newest version
+                    # this process knows; it may name vertices a newer one added
+                    self.refresh()
+                    state, rec = self.state, self.record
+                    delta = state.prepare(batch)
                 data = delta.encode()
                 key = segment_key(self.name, rec.version + 1)
                 self.backend.pipe_file(key, data)
@@ -403,6 +428,59 @@ class GraphVersions:
             f"graph {self.name!r}: {attempt} versions in a row were taken by other writers "
             f"in {time.monotonic() - t0:.0f} s; retry"
         )
+
+    def adopt(self, rec: VersionRecord, delta: Delta) -> GraphState:
+        """Take a version another process committed (the gateway's writer process:
+        gateway/graph_writer.py), its ``delta`` at hand: applied to the current
+        state when it is the next version on the same base, else the state is
+        brought up to ``rec`` from the store. The new state is this process's
+        current one when it returns (read-your-writes)."""
+        with self._lock:
+            state = self.state
+            if rec.version <= state.version:
+                return state
+            last = rec.segments[-1] if rec.segments else None
+            if (
+                rec.version == state.version + 1
+                and rec.base == state.graph.prefix
+                and last is not None
+                and last[0] == rec.version
+            ):
+                self.state = state.apply(delta, rec.version, last[1], int(last[2]))
+            else:
+                self.state = self._load(rec, state)
+            self.record = rec
+            return self.state
+
+    def offer(self, rec: VersionRecord, delta: Delta) -> None:
+        """A version another process committed for this one (the gateway's writer
+        process), its delta at hand: taken with the next check (:meth:`poll`, at
+        most ``freshness_s`` later, like any other gateway's version), in one
+        merge with those offered meanwhile and without reading the store."""
+        with self._offer_lock:
+            self._offered.append((rec, delta))
+
+    def _take_offered(self) -> None:
+        """Apply the offered versions that follow the current state in a run (one
+        :meth:`GraphState.apply_all`); what a gap leaves (another writer's
+        versions between) the store check that follows reads."""
+        with self._offer_lock:
+            offered, self._offered = self._offered, []
+        with self._lock:
+            state, items, newest = self.state, [], None
+            for rec, delta in sorted(offered, key=lambda o: o[0].version):  # a few a check
+                at = state.version + len(items)
+                if rec.version <= at:
+                    continue
+                last = rec.segments[-1] if rec.segments else None
+                if rec.version != at + 1 or rec.base != state.graph.prefix or last is None:
+                    break
+                if last[0] != rec.version:
+                    break
+                items.append((delta, rec.version, last[1], int(last[2])))
+                newest = rec
+            if newest is not None:
+                self.state, self.record = state.apply_all(items), newest
 
     # -- the refresher ---------------------------------------------------------------
     def start(self, interval_s: float | None = None) -> None:

@@ -89,6 +89,12 @@ def factory():
     def nan():
         return jsonify({"x": float("nan")})
 
+    @app.get("/gc")
+    def collector():
+        import gc
+
+        return jsonify({"frozen": gc.get_freeze_count(), "tracked": len(gc.get_objects())})
+
     return app
 
 

@@ -328,6 +328,14 @@ def test_body_routes_are_answered_from_the_loops_bytes_on_a_pool_thread(server):
     assert requests.post(f"{base}/raw/x", data=b"", timeout=20).status_code == 404
 
 
+def test_a_worker_keeps_its_startup_objects_out_of_the_collectors_passes(server):
+    """The app and what it imported are frozen once loaded (gunicorn_runner): a
+    full collection walks only what requests allocated since."""
+    got = requests.get(f"http://{server[0]}:{server[1]}/gc", timeout=20).json()
+    assert got["frozen"] > 10_000  # Flask, numpy, the app: tens of thousands of objects
+    assert got["tracked"] < got["frozen"]  # what a full pass still walks
+
+
 def test_the_front_counts_what_it_refused(server):
     """Runs last: the module's earlier tests refused, timed out and mis-framed."""
     stats = requests.get(f"http://{server[0]}:{server[1]}/front", timeout=20).json()

@@ -20,6 +20,7 @@ import copy
 import numpy as np
 import pytest
 
+from gnn_faas.storage import versions as versions_mod
 from gnn_faas.storage.backends import open_backend
 from gnn_faas.storage.compaction import compact
 from gnn_faas.storage.fetcher import KHopFetcher
@@ -104,8 +105,11 @@ def count_writes(uri: str, action) -> int:
     return len(probe.writes)
 
 
+@pytest.mark.parametrize("hint", [False, True], ids=["no-hint", "hint"])
 @pytest.mark.parametrize("after", [False, True], ids=["refused", "answer-lost"])
-def test_a_commit_failing_at_any_write_is_all_or_nothing(tmp_path, after):
+def test_a_commit_failing_at_any_write_is_all_or_nothing(tmp_path, monkeypatch, after, hint):
+    # the commit makes version 3: it moves the hint when versions 3, 6, ... do
+    monkeypatch.setattr(versions_mod, "HINT_EVERY", 3 if hint else 1000)
     batch_rng = np.random.default_rng(99)
     n_writes = None
     step = 1
@@ -117,7 +121,7 @@ def test_a_commit_failing_at_any_write_is_all_or_nothing(tmp_path, after):
             twin = f"file://{tmp_path / 'twin'}"
             setup(twin, seed=step, commits=2)
             n_writes = count_writes(twin, lambda b, batch=batch: versions(b).commit(batch))
-            assert n_writes == 3  # segment, record, hint
+            assert n_writes == 2 + hint  # segment, record (, hint)
         held = versions(open_backend(uri))  # a reader on the previous version
         ref_before = copy.deepcopy(ref)
         writer = versions(FailingBackend(open_backend(uri), fail_at=step, after=after))

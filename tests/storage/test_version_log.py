@@ -14,6 +14,7 @@ chain (every segment listed) still read.
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -22,8 +23,8 @@ from gnn_faas.storage import versions as versions_mod
 from gnn_faas.storage.backends import open_backend
 from gnn_faas.storage.compaction import compact
 from gnn_faas.storage.delta import UpdateBatch
-from gnn_faas.storage.format import version_key
-from gnn_faas.storage.versions import latest, segments_after
+from gnn_faas.storage.format import VERSION_HINT, VERSIONS_DIR, version_key
+from gnn_faas.storage.versions import HINT_EVERY, latest, segments_after
 from tests.storage.test_versions import (
     DIM,
     Reference,
@@ -168,3 +169,43 @@ def test_a_poll_reads_one_record_while_nothing_is_new_and_finds_what_came(tmp_pa
         ref.apply(batch)
     assert reader.poll().version == 3
     check_equal(reader, ref)
+
+
+def test_the_hint_moves_every_few_versions_and_readers_search_past_it(tmp_path, monkeypatch):
+    uri = f"file://{tmp_path}"
+    src, dst, feats = make_graph(uri, symmetrized=False, seed=15)
+    ref = Reference(src, dst, feats, False)
+    writer = versions_of(uri)
+    backend = open_backend(uri)
+    hint = f"g/{VERSIONS_DIR}/{VERSION_HINT}"
+    rng = np.random.default_rng(16)
+
+    def commit(n: int) -> None:
+        for _ in range(n):
+            batch = random_batch(rng, ref)
+            writer.commit(batch)
+            ref.apply(batch)
+
+    commit(HINT_EVERY + 1)  # the hint moved once, at HINT_EVERY
+    assert backend.cat_file(hint).decode() == str(HINT_EVERY)
+    monkeypatch.setattr(versions_mod, "HINT_EVERY", 10**6)  # from here on it stays behind
+    commit(40)
+    newest = HINT_EVERY + 41
+    reads: list[str] = []
+    inner = backend.cat_file
+
+    def counted(path, *a, **kw):
+        reads.append(path)
+        return inner(path, *a, **kw)
+
+    backend.cat_file = counted
+    assert latest(backend, "g").version == newest  # 41 versions past the hint
+    # hint, its record, then 2 log2(41) probes at most (one by one would be 42)
+    assert len(reads) <= 2 + 2 * math.ceil(math.log2(41)), reads
+    reads.clear()
+    assert latest(backend, "g", known=newest - 1).version == newest  # from what it knows
+    assert len(reads) <= 5, reads
+    reads.clear()
+    assert latest(backend, "g", known=newest).version == newest
+    assert reads == [hint, version_key("g", newest), version_key("g", newest + 1)]
+    check_equal(versions_of(uri), ref)  # a fresh reader finds the newest version

@@ -295,6 +295,21 @@ def test_two_writers_lose_no_batch(store_uri):
     assert sorted(rows[:, 0].tolist()) == sorted(w * 100 + i for w in range(2) for i in range(per))
 
 
+def test_a_writer_behind_another_takes_a_batch_naming_what_the_other_added(tmp_path):
+    uri = f"file://{tmp_path}"
+    make_graph(uri, symmetrized=False)
+    first, behind = versions_of(uri), versions_of(uri, freshness_s=3600.0)
+    first.commit(UpdateBatch.from_arrays({"new_features": np.ones((1, DIM), np.float32)}))
+    assert behind.state.num_nodes == 40  # it has not looked since
+    rec, _ = behind.commit(UpdateBatch.from_arrays({"add_edges": [[40, 1]]}))
+    assert rec.version == 2 and behind.state.num_nodes == 41
+    c, nb = behind.fetcher.at(behind.state).neighbours(np.array([1]))
+    assert 40 in nb.tolist()
+    with pytest.raises(InvalidRequest, match="add_edges row 0: unknown vertex id 41"):
+        behind.commit(UpdateBatch.from_arrays({"add_edges": [[41, 1]]}))  # bad on the newest
+    assert latest(open_backend(uri), "g").version == 2
+
+
 def test_a_segment_without_its_record_is_invisible(tmp_path):
     uri = f"file://{tmp_path}"
     make_graph(uri, symmetrized=False)
