@@ -374,7 +374,8 @@ class GraphsConfig:
     """Graphs that change while they are served (storage/versions.py).
 
     - ``freshness_s``: an update acknowledged at ``t`` is seen by every request arriving
-      after ``t + freshness_s``; 0: every request checks the store for a newer version.
+      after ``t + freshness_s``, on the acknowledging gateway too; 0: every request checks
+      the store for a newer version, and the acknowledging gateway's next request sees it.
     - ``write_token``: bearer token of ``POST /v2/graphs/{g}/updates`` for every graph
       (``${VAR}``: from the environment); none and no ``tokens``: updates are refused.
     - ``tokens``: per-graph write tokens (``[{graph, token}]``), checked before ``write_token``.

@@ -63,13 +63,13 @@ from gnn_faas.metrics import backend_name, storage_families
 from gnn_faas.scheduler.merge import merge_computation_graphs
 from gnn_faas.scheduler.model_functions import build_model_functions
 from gnn_faas.scheduler.platform import open_platform
-from gnn_faas.storage.backends import open_backend
 from gnn_faas.storage.embeddings import EmbeddingStore
 from gnn_faas.storage.fetcher import FetchStats, KHopFetcher
-from gnn_faas.storage.format import GraphHandle, open_graph
+from gnn_faas.storage.format import open_graph
 from gnn_faas.storage.graph_state import GraphState
 from gnn_faas.storage.overlay import GraphOverlay
 from gnn_faas.storage.resident import Structure, open_structure, verify_small_blobs
+from gnn_faas.storage.served_versions import versions_on
 from gnn_faas.storage.srpe_graph import build_srpe_graph
 from gnn_faas.storage.store_health import health_of, public_uri, store_health_families
 from gnn_faas.storage.versions import GraphVersions
@@ -692,35 +692,6 @@ def open_versions(
     ``.structures``, by prefix)."""
     budget = int(serving.gateway.structure_budget_mb * 2**20)
     return versions_on(serving.store, name, budget, serving.graphs.freshness_s, preloaded=preloaded)
-
-
-def versions_on(
-    store: str,
-    name: str,
-    budget_bytes: int,
-    freshness_s: float = 1.0,
-    preloaded: Structure | None = None,
-) -> GraphVersions:
-    """:func:`open_versions` from the store's URI and the structure budget (the
-    graph writer process opens its graphs so: gateway/graph_writer.py)."""
-    backend = open_backend(store)
-    fetchers: dict[str, KHopFetcher] = {}
-    structures: dict[str, Structure] = {}
-
-    def open_base(prefix: str):
-        graph = GraphHandle(backend, name, prefix=prefix)
-        if preloaded is not None and preloaded.prefix == prefix and preloaded.resident:
-            structure = preloaded
-        else:
-            structure = open_structure(graph, budget_bytes)
-        log.info("graph %s (base %s): %s", name, prefix, structure.describe())
-        fetcher = KHopFetcher(graph, structure=structure)
-        fetchers[prefix], structures[prefix] = fetcher, structure
-        return graph, fetcher.base_neighbours
-
-    versions = GraphVersions(backend, name, open_base, freshness_s=freshness_s)
-    versions.fetchers, versions.structures = fetchers, structures
-    return versions
 
 
 class DataPlane:

@@ -119,7 +119,8 @@ class GraphUpdates:
     def info(self, graph: str) -> dict:
         """``GET /v2/graphs/{graph}``: version, counts, log size, last compaction."""
         gv = self.versions(graph)
-        state, rec = gv.state, gv.record
+        state = gv.current()  # what a request would run on now (freshness_s 0: checked)
+        rec = gv.record
         base = sum(i.nbytes for i in state.graph.manifest.blobs.values())
         return {
             "graph": graph,

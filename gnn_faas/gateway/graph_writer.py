@@ -1,37 +1,21 @@
 """The gateway's graph writer: update batches committed in a process of their own.
 
-A commit (storage/versions.py) checks a batch against the newest version,
-encodes its segment, writes the segment and the version record durably and
-builds the next state: a few milliseconds of Python and numpy per batch. In the
-serving process that work holds the interpreter lock which every request's
-k-hop, buffer and aggregation steps need, and a stream of batches adds it to
-the requests' tail latency. So a gateway that takes writes hands each batch to
-:class:`WriterProcess`, a child (``python -m gnn_faas.gateway.graph_writer``)
-that keeps its own view of every writable graph (its own states, the base
-structures within the same budget) and commits there. The child answers the
-version's record and its delta, and the gateway takes that delta into its own
-state: at its next check of the store (:meth:`GraphVersions.offer`, within
-``graphs.freshness_s`` as every gateway; a stream's versions then cost the
-serving process one merge per check, no store read), or, with
-``freshness_s: 0``, before it acknowledges (:meth:`GraphVersions.adopt`), so its
-next request runs on the new version (read-your-writes). The store stays the only
-authority: the child's commits race other gateways' by the same
-create-if-absent, and a gateway that finds its state older than the answer
-reads the versions between from the store.
+A commit (storage/versions.py) is a few milliseconds of Python and numpy per
+batch; in the serving process it would hold the interpreter lock that every
+request's k-hop and buffer steps need. :class:`WriterProcess` hands each batch
+to a child (``python -m gnn_faas.gateway.graph_writer``) that keeps its own view
+of every writable graph and commits there, answering the version's record and
+delta; the gateway takes the delta into its own state at its next check
+(:meth:`GraphVersions.offer`) or, with ``freshness_s: 0``, before it answers
+(:meth:`GraphVersions.adopt`). The version flow: docs/architecture.md, section 7.
 
-Protocol, on the child's stdin and on a duplicate of its stdout (its stdout
-proper goes to stderr, so a stray print or log line cannot corrupt it): frames
-(gnn_faas/wire.py), each after its length as a little-endian u64. The first
-frame's parameters are the job (``store``, ``graphs``, ``budget_bytes``); the
-child answers ``{"ready": true}`` once every graph is open, or an error. Then
-per batch: the batch's non-empty tensors with ``{"graph": g}``; the answer
-``{"delta": uint8[...]}`` (the segment as encoded) with ``{"record": JSON}``,
-or no tensors and ``{"error": {"type", "message"}}`` (a
-:class:`~gnn_faas.errors.GnnFaasError` subclass by name, raised again in the
-gateway: a bad batch is the same 400 naming its row). The child dies with its
-parent (``PR_SET_PDEATHSIG``); a child that died is started again on the next
-batch, and the batch it held is answered 503 (it may have been committed: the
-answer was lost, as on a dropped connection).
+Protocol on the child's stdin and a duplicate of its stdout (fd 1 itself goes to
+stderr): length-prefixed frames (gnn_faas/wire.py). First the job (``store``,
+``graphs``, ``budget_bytes``), answered ``{"ready": true}`` or an error; then per
+batch its non-empty tensors with ``{"graph": g}``, answered ``{"delta": uint8}``
+with ``{"record": JSON}`` or ``{"error": {"type", "message"}}`` (a
+:class:`~gnn_faas.errors.GnnFaasError` raised again by name). A child that died
+is started again; the batch it held is a 503 (it may have been committed).
 """
 
 from __future__ import annotations
@@ -54,6 +38,7 @@ from gnn_faas import errors
 from gnn_faas.errors import GnnFaasError, Unavailable
 from gnn_faas.parent_death import die_with
 from gnn_faas.storage.delta import BATCH_TENSORS, Delta, UpdateBatch
+from gnn_faas.storage.served_versions import versions_on
 from gnn_faas.storage.versions import VersionRecord
 from gnn_faas.wire import decode_frame, encode_frame
 
@@ -135,8 +120,10 @@ class WriterProcess:
             self._spawn()
 
     def _spawn(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            return
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                return
+            self._stop_child()  # it died: its pipes closed before the next one starts
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "gnn_faas.gateway.graph_writer"],
             stdin=subprocess.PIPE,
@@ -204,8 +191,6 @@ class WriterProcess:
 # -- the child ---------------------------------------------------------------------
 def serve(inp: int, out: int) -> None:
     """The child's loop (see the module docstring): the job, then batches until EOF."""
-    from gnn_faas.gateway.data_plane import versions_on
-
     _, params = read_frame(inp)
     job = params["job"]
     try:

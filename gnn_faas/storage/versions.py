@@ -194,7 +194,7 @@ def record(backend: StorageBackend, name: str, version: int) -> VersionRecord | 
 def publish(backend: StorageBackend, rec: VersionRecord, hint: bool | None = None) -> bool:
     """Create ``rec``'s record if its version is free (the commit point); then
     move the hint forward (best effort: readers search past a stale one) when
-    ``hint``, by default at every :data:`HINT_EVERY`-th version: a hint written
+    ``hint``, by default at version 1 and every :data:`HINT_EVERY`-th: a hint written
     with every commit would cost each one a third durable write, while a reader
     finds the versions past it in a few reads (``format.latest_version``).
 
@@ -210,8 +210,9 @@ def publish(backend: StorageBackend, rec: VersionRecord, hint: bool | None = Non
         created = True
     if not created:
         return False
-    if hint is None:
-        hint = rec.version % HINT_EVERY == 0
+    if hint is None:  # version 1's too: a graph with versions has a hint (a reader
+        # whose hinted record a compaction collected lists the records instead)
+        hint = rec.version % HINT_EVERY == 0 or rec.version == 1
     if not hint:
         return True
     try:

@@ -186,7 +186,7 @@ def test_the_hint_moves_every_few_versions_and_readers_search_past_it(tmp_path, 
             writer.commit(batch)
             ref.apply(batch)
 
-    commit(HINT_EVERY + 1)  # the hint moved once, at HINT_EVERY
+    commit(HINT_EVERY + 1)  # the hint moved at version 1 and at HINT_EVERY
     assert backend.cat_file(hint).decode() == str(HINT_EVERY)
     monkeypatch.setattr(versions_mod, "HINT_EVERY", 10**6)  # from here on it stays behind
     commit(40)
