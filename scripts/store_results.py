@@ -219,6 +219,11 @@ def _gateway_ratio(run: dict) -> float | str:
     return round(w / wo, 2) if w and wo else "-"
 
 
+def _right(*names: str) -> list[dict]:
+    """Right-aligned (numeric) columns of a table."""
+    return [{"name": n, "align": "right"} for n in names]
+
+
 def _counts(hits: dict[str, int]) -> str:
     """``{"published": 3, "before ...": 7}`` -> ``"before ... 7, published 3"``."""
     return ", ".join(f"{k} {v}" for k, v in sorted(hits.items()))
@@ -255,19 +260,11 @@ def updates_scale(*dirs: Path) -> None:
         "the load goes on (its own seconds, wall seconds and peak RSS); PyG on the final "
         "graph for sampled targets, before and after compaction; 2-core machine",
         "columns": [
-            {"name": "store"}, {"name": "base edges", "align": "right"},
-            {"name": "edge updates", "align": "right"},
-            {"name": "edge updates/s", "align": "right"},
-            {"name": "p99 ms without", "align": "right"},
-            {"name": "p99 ms with", "align": "right"},
-            {"name": "compaction s", "align": "right"},
-            {"name": "compaction wall s", "align": "right"},
-            {"name": "compaction peak MiB", "align": "right"},
-            {"name": "answered during compaction", "align": "right"},
-            {"name": "failed during compaction", "align": "right"},
-            {"name": "failed requests", "align": "right"},
-            {"name": "max abs diff to PyG", "align": "right"},
-            {"name": "wrong answers", "align": "right"},
+            {"name": "store"},
+            *_right("base edges", "edge updates", "edge updates/s", "p99 ms without",
+                    "p99 ms with", "compaction s", "compaction wall s", "compaction peak MiB",
+                    "answered during compaction", "failed during compaction",
+                    "failed requests", "max abs diff to PyG", "wrong answers"),
         ],
         "rows": rows,
     })  # fmt: skip
@@ -296,16 +293,11 @@ def update_faults(d: Path) -> None:
         "then a gateway's answers against PyG; then two processes committing one-edge batches "
         "at once; quiet 2-core machine, S3 is moto and Redis redis-server on loopback",
         "columns": [
-            {"name": "store"}, {"name": "writer kills", "align": "right"},
-            {"name": "the writers' kills hit"}, {"name": "compaction kills", "align": "right"},
-            {"name": "the compactions' kills hit"}, {"name": "violations", "align": "right"},
-            {"name": "verify failures", "align": "right"},
-            {"name": "leftover bases", "align": "right"},
-            {"name": "wrong answers", "align": "right"},
-            {"name": "max abs diff to PyG", "align": "right"},
-            {"name": "racing batches", "align": "right"},
-            {"name": "acknowledged", "align": "right"}, {"name": "none lost"},
-            {"name": "commits/s", "align": "right"},
+            {"name": "store"}, *_right("writer kills"), {"name": "the writers' kills hit"},
+            *_right("compaction kills"), {"name": "the compactions' kills hit"},
+            *_right("violations", "verify failures", "leftover bases", "wrong answers",
+                    "max abs diff to PyG", "racing batches", "acknowledged"),
+            {"name": "none lost"}, *_right("commits/s"),
         ],
         "rows": rows,
     })  # fmt: skip

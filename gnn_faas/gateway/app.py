@@ -152,16 +152,17 @@ def add_graph_routes(app: Flask, plane: DataPlane) -> None:
     def graph_info(graph: str):
         return jsonify(plane.updates.info(graph))
 
-    @app.post("/v2/graphs/<graph>/updates")
-    def graph_updates(graph: str):
-        raw = RawInferRequest(request_body(), request.headers.get(HEADER_LENGTH))
-        return jsonify(plane.updates.update(graph, raw, request.headers.get("Authorization")))
-
     def updates_from_bytes(params: dict, body: bytes, headers) -> tuple[bytes, dict]:
         # a writer's batches skip Flask too: its work per batch is taken from serving
         raw = RawInferRequest(body, headers.get(HEADER_LENGTH.lower()))
         answer = plane.updates.update(params["graph"], raw, headers.get("authorization"))
         return json.dumps(answer).encode(), {"Content-Type": "application/json"}
+
+    @app.post("/v2/graphs/<graph>/updates")
+    def graph_updates(graph: str):  # what the dispatcher leaves: chunked bodies
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        body, out = updates_from_bytes({"graph": graph}, request_body(), headers)
+        return Response(body, status=200, headers=out)
 
     body_route(app, UPDATES_PATH, updates_from_bytes)
 

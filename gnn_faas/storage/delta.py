@@ -202,13 +202,21 @@ class Delta:
         return np.union1d(self.new_ids, self.feat_ids)
 
     def encode(self) -> bytes:
-        tensors = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "base_nodes"}
-        params = {
-            "format": SEGMENT_FORMAT,
-            "version": SEGMENT_VERSION,
-            "base_nodes": self.base_nodes,
-        }
-        return encode_frame(tensors, params)
+        """The segment's bytes (kept: a commit writes them, the gateway's writer
+        process sends them on; a delta never changes)."""
+        data = self.__dict__.get("_encoded")
+        if data is None:
+            tensors = {
+                f.name: getattr(self, f.name) for f in fields(self) if f.name != "base_nodes"
+            }
+            params = {
+                "format": SEGMENT_FORMAT,
+                "version": SEGMENT_VERSION,
+                "base_nodes": self.base_nodes,
+            }
+            data = encode_frame(tensors, params)
+            object.__setattr__(self, "_encoded", data)
+        return data
 
     @classmethod
     def decode(cls, data: bytes, where: str = "segment") -> Delta:

@@ -432,26 +432,16 @@ class GraphVersions:
 
     def adopt(self, rec: VersionRecord, delta: Delta) -> GraphState:
         """Take a version another process committed (the gateway's writer process:
-        gateway/graph_writer.py), its ``delta`` at hand: applied to the current
-        state when it is the next version on the same base, else the state is
-        brought up to ``rec`` from the store. The new state is this process's
-        current one when it returns (read-your-writes)."""
-        with self._lock:
-            state = self.state
-            if rec.version <= state.version:
-                return state
-            last = rec.segments[-1] if rec.segments else None
-            if (
-                rec.version == state.version + 1
-                and rec.base == state.graph.prefix
-                and last is not None
-                and last[0] == rec.version
-            ):
-                self.state = state.apply(delta, rec.version, last[1], int(last[2]))
-            else:
-                self.state = self._load(rec, state)
-            self.record = rec
-            return self.state
+        gateway/graph_writer.py), its ``delta`` at hand, now: as :meth:`offer`
+        and the check's merge at once; when it does not follow the current state
+        (another writer's versions between) the state is brought up to ``rec``
+        from the store. The new state is this process's current one when it
+        returns (read-your-writes)."""
+        self.offer(rec, delta)
+        self._take_offered()
+        if self.state.version < rec.version:
+            self._advance(rec)
+        return self.state
 
     def offer(self, rec: VersionRecord, delta: Delta) -> None:
         """A version another process committed for this one (the gateway's writer
